@@ -1,0 +1,55 @@
+# Two commands are all a fresh machine needs:
+#   make lab   - set up .venv and open JupyterLab on lesson 00 (localhost only, token kept)
+#   make test  - set up .venv and run the whole suite (what CI runs)
+# Set-up is remembered by stamp files: a second run with unchanged requirements installs nothing.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+LAB_STAMP  := $(VENV)/.stamp-lab
+TEST_STAMP := $(VENV)/.stamp-test
+# Checks record progress; test runs keep theirs out of the maintainer's own record.
+TEST_ENV := AMP_LESSONS_PROGRESS_FILE=$(CURDIR)/.test-output/progress.json PYTHONDONTWRITEBYTECODE=1
+NBVAL    := -p no:cacheprovider --nbval-lax --nbval-current-env -n 2 --dist loadfile
+
+.PHONY: lab test setup setup-test lint unit notebooks exercises-check clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(LAB_STAMP): requirements.txt pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(TEST_STAMP): requirements-dev.txt $(LAB_STAMP)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+setup: $(LAB_STAMP)
+setup-test: $(TEST_STAMP)
+
+lab: $(LAB_STAMP)
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 notebooks/00_start_here.ipynb
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+
+exercises-check: $(TEST_STAMP)
+	$(PY) -m amp_lessons build-exercises --check
+
+unit: $(TEST_STAMP)
+	$(TEST_ENV) $(PY) -m pytest -n 2 tests
+
+# Lessons and solutions must pass every check; generated exercises must still say "not done yet".
+notebooks: $(TEST_STAMP)
+	$(TEST_ENV) AMP_LESSONS_STRICT=1 $(PY) -m pytest $(NBVAL) notebooks solutions
+	$(TEST_ENV) AMP_LESSONS_STRICT=not-done $(PY) -m pytest $(NBVAL) exercises
+
+test: lint exercises-check unit notebooks
+	@echo "make test: all passed"
+
+clean-venv:
+	rm -rf $(VENV)

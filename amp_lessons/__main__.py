@@ -1,0 +1,5 @@
+import sys
+
+from amp_lessons.cli import main
+
+sys.exit(main())

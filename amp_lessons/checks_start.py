@@ -1,0 +1,72 @@
+"""Lesson 00's warm-up check: a matmul under autocast, written by the learner.
+
+It is small on purpose (the lesson is about how checks behave), but it is honest: it runs the
+learner's function on real tensors in both autocast dtypes and names the usual first mistakes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from amp_lessons.checks import call_learner, checker, failed, passed
+
+
+class _CastWatcher(TorchFunctionMode):
+    """Notices hand-made casts (``.half()``, ``.to(dtype)``) that would bypass autocast's policy."""
+
+    CASTS = ("half", "bfloat16", "float", "to", "type")
+
+    def __init__(self):
+        super().__init__()
+        self.casts = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.CASTS:
+            self.casts.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def autocast_left_on(device_type: str) -> bool:
+    """True when autocast is still active outside any ``with`` block (e.g. entered by hand, never exited)."""
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except TypeError:  # torch < 2.4 had no device argument
+        return bool(torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled())
+
+
+@checker("00 warm-up: autocast_matmul")
+def check_autocast_matmul(autocast_matmul):
+    """``autocast_matmul(a, b, dtype)`` must return ``a @ b`` computed under ``torch.autocast`` in ``dtype``."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 3, generator=generator)
+    b = torch.randn(3, 5, generator=generator)
+    for dtype in (torch.bfloat16, torch.float16):
+        watcher = _CastWatcher()
+        with watcher:
+            got = call_learner(autocast_matmul, a.clone(), b.clone(), dtype)
+        if not isinstance(got, torch.Tensor):
+            return failed(f"autocast_matmul returned a {type(got).__name__}; return the tensor `a @ b`.")
+        if autocast_left_on("cpu"):
+            return failed("Autocast is still switched on after your function returned: use it as `with torch.autocast(...):`.")
+        if got.shape != (4, 5):
+            return failed(f"The result has shape {tuple(got.shape)}; a [4, 3] @ [3, 5] product is [4, 5].")
+        if watcher.casts and got.dtype == dtype:
+            return failed(
+                f"Your function casts by hand ({', '.join(sorted(set(watcher.casts)))}). Let autocast choose: "
+                "wrap the matmul in `with torch.autocast(device_type=a.device.type, dtype=dtype):`."
+            )
+        if got.dtype == torch.float32:
+            return failed(
+                f"For dtype={dtype} the result is still float32, so autocast was not active for this op. "
+                "Is the matmul inside `with torch.autocast(device_type=a.device.type, dtype=dtype):`, and does "
+                "device_type match the tensors' device ('cpu' here)?"
+            )
+        if got.dtype != dtype:
+            return failed(f"For dtype={dtype} the result came out as {got.dtype}: pass the `dtype` argument to autocast instead of a fixed one.")
+        with torch.autocast(device_type="cpu", dtype=dtype):
+            expected = a @ b
+        if not torch.equal(got, expected):
+            return failed("The dtype is right but the values are not `a @ b` (did you transpose or scale something?).")
+    return passed("Both float16 and bfloat16 come out of the matmul, chosen by autocast, not by hand.")

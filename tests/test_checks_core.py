@@ -1,0 +1,100 @@
+"""The checker harness: results, learner-code calls that never raise, strict mode, progress recording."""
+
+import json
+
+import pytest
+
+from amp_lessons.checks import NOT_DONE, CheckResult, call_learner, checker, failed, passed
+
+
+@checker("demo exercise")
+def check_double(fn):
+    got = call_learner(fn, 3)
+    if got != 6:
+        return failed(f"double(3) returned {got!r}, expected 6")
+    return passed("double works")
+
+
+def double(x):
+    return 2 * x
+
+
+def stub(x):
+    raise NotImplementedError("Exercise: replace this line with your code")
+
+
+def test_pass_and_render():
+    result = check_double(double)
+    assert result.passed and result.status == "passed" and result.exercise == "demo exercise"
+    assert "[PASS]" in str(result) and "✅" in result._repr_html_()
+
+
+def test_not_done_yet():
+    result = check_double(stub)
+    assert not result.passed and result.status == NOT_DONE
+    assert "Not done yet" in result.message and "NotImplementedError" in result.message
+
+
+def test_wrong_answer_names_it():
+    result = check_double(lambda x: x + 2 if x != 3 else 7)
+    assert not result.passed and "returned 7" in result.message
+
+
+@pytest.mark.parametrize(
+    "junk, expected",
+    [
+        (None, "got None"),
+        ("double", "got a str"),
+        (42, "got a int"),
+        (lambda: 1, "signature"),
+        (lambda x, y: 1, "signature"),
+    ],
+)
+def test_junk_never_raises(junk, expected):
+    result = check_double(junk)
+    assert not result.passed and expected in result.message
+
+
+def test_exception_in_learner_code_points_at_the_line():
+    def broken(x):
+        values = [1, 2]
+        return values[x]
+
+    result = check_double(broken)
+    assert not result.passed
+    assert "IndexError" in result.message and "values[x]" in result.message
+
+
+def test_checker_bug_is_reported_not_raised():
+    @checker("buggy")
+    def check_buggy(fn):
+        return 1 / 0
+
+    result = check_buggy(double)
+    assert not result.passed and result.status == "checker error" and "bug in the course" in result.message
+
+
+def test_strict_mode_raises_on_failure(strict):
+    assert check_double(double).passed
+    with pytest.raises(AssertionError, match="STRICT"):
+        check_double(stub)
+
+
+def test_strict_not_done_mode(monkeypatch):
+    monkeypatch.setenv("AMP_LESSONS_STRICT", "not-done")
+    assert check_double(stub).status == NOT_DONE
+    with pytest.raises(AssertionError, match="untouched exercise"):
+        check_double(double)
+
+
+def test_results_are_recorded(private_progress):
+    check_double(stub)
+    check_double(double)
+    check_double(stub)
+    record = json.loads(private_progress.read_text())["exercises"]["demo exercise"]
+    assert record["attempts"] == 3 and record["passed"] is True and record["last_status"] == NOT_DONE
+
+
+def test_check_result_bool_and_text():
+    assert not CheckResult(False, "x")
+    assert CheckResult(True, "fine").status == "passed"
