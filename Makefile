@@ -11,7 +11,7 @@ LAB_STAMP  := $(VENV)/.stamp-lab
 TEST_STAMP := $(VENV)/.stamp-test
 # Checks record progress; test runs keep theirs out of the maintainer's own record.
 TEST_ENV := AMP_LESSONS_PROGRESS_FILE=$(CURDIR)/.test-output/progress.json PYTHONDONTWRITEBYTECODE=1
-NBVAL    := -p no:cacheprovider --nbval-lax --nbval-current-env -n 2 --dist loadfile
+NBVAL    := --nbval-lax --nbval-current-env -n 2 --dist loadfile
 
 .PHONY: lab test setup setup-test lint unit notebooks exercises-check clean-venv
 

@@ -140,7 +140,7 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
     """Call learner code; on any learner-side problem stop the check with a message saying what happened."""
     name = what or f"`{getattr(fn, '__name__', 'your function')}`"
     if fn is None:
-        raise LearnerProblem(failed(f"Expected a function but got None. Pass the function itself, e.g. check(my_function)."))
+        raise LearnerProblem(failed("Expected a function but got None. Pass the function itself, e.g. check(my_function)."))
     if not callable(fn):
         raise LearnerProblem(
             failed(f"Expected a function but got a {type(fn).__name__}. Pass the function itself, without calling it.")
