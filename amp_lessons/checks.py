@@ -245,3 +245,7 @@ def _record(result: CheckResult) -> None:
 
 # Lesson checkers, re-exported so that notebooks can write `from amp_lessons.checks import check_...`.
 # One import line per lesson module; keep them below this comment.
+from amp_lessons.checks_benchmark import check_time_step  # noqa: E402,F401
+from amp_lessons.checks_formats import check_classify, check_stored_value  # noqa: E402,F401
+from amp_lessons.checks_validation import check_criteria, check_decide, check_judge_trial  # noqa: E402,F401
+from amp_lessons.checks_debugging import check_first_nonfinite_module, check_texture_forward  # noqa: E402,F401

@@ -5,6 +5,8 @@ Lessons 05-07 and the checkers reuse ``train_step``; lesson 03 teaches it line b
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 
@@ -31,3 +33,82 @@ def train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torc
     scaler.step(optimizer)
     scaler.update()
     return loss.detach()
+
+
+# --------------------------------------------------------------------------- diagnostic guards (lesson 03)
+
+
+class NonFiniteError(FloatingPointError):
+    """Raised by ``guarded_train_step`` when a guard sees inf/NaN; the message says where and at what scale."""
+
+
+def _total_grad_norm(parameters) -> torch.Tensor:
+    norms = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
+    if not norms:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(norms))
+
+
+def guarded_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torch.float16, max_norm=None,
+                       guards=True, allow_overflow_skips=True):
+    """``train_step`` with optional diagnostic guards that stop on inf/NaN; returns the unscaled loss.
+
+    With ``guards=True`` it raises ``NonFiniteError`` when
+    - the **loss** is not finite: loss scaling cannot fix a forward pass that already produced inf/NaN;
+    - the **unscaled gradients** or their **total norm** are not finite. With an enabled GradScaler this is
+      often just the scaler calibrating (a scaled FP16 gradient overflowed; ``scaler.step`` will skip and
+      ``update`` will back off), so ``allow_overflow_skips=True`` lets those through and only a non-finite
+      loss stops the run. Set it to False to stop at the first overflow and look at it.
+
+    Why guards are an *option*: each guard turns a device tensor into a Python bool (``bool(torch.isfinite(x))``),
+    which makes the CPU wait for the GPU to finish everything queued so far (a synchronisation). That is
+    cheap on a CPU and costly on a GPU; keep guards off whenever you time a training step (lesson 07).
+    """
+    device_type = inputs.device.type
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        outputs = model(inputs)
+        loss = loss_fn(outputs, targets)
+    if guards and not bool(torch.isfinite(loss.detach()).all()):  # synchronises on a GPU
+        raise NonFiniteError(
+            f"non-finite loss ({loss.item()}) before scaling: the forward pass itself produced inf/NaN, "
+            "so look at the inputs and activations (lesson 05), not at the loss scale."
+        )
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # always unscale here so the guards read true gradient values
+    if guards:
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        total = _total_grad_norm(parameters)
+        if not bool(torch.isfinite(total)):  # synchronises on a GPU
+            bad = [name for name, p in model.named_parameters()
+                   if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
+            overflow = scaler.is_enabled()
+            if not (overflow and allow_overflow_skips):
+                raise NonFiniteError(
+                    f"non-finite gradients (total norm {total.item()}) in {', '.join(bad) or 'some parameters'} "
+                    f"at loss scale {scaler.get_scale():.6g}"
+                    + (": with a GradScaler this is an overflow that scaler.step() would skip and update() would "
+                       "back off; it is expected while the scale calibrates, alarming if it keeps happening."
+                       if overflow else ": without loss scaling this step would write inf/NaN into the weights.")
+                )
+    if max_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+@contextlib.contextmanager
+def one_cpu_thread():
+    """Run the block with one torch CPU thread (restored afterwards).
+
+    The lesson models are tiny: a multi-threaded CPU op on a 16x6 matrix spends its time waiting at thread
+    barriers, and on a busy machine (other notebooks, a browser) that wait can be 10-30x the arithmetic.
+    One thread is faster here and gives the same float32 reduction order on every laptop.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

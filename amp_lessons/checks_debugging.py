@@ -1,0 +1,416 @@
+"""Lesson 05's checkers: name the first non-finite module, and keep exactly one op in FP32.
+
+Both run on the CPU with small, deterministic models whose float16 overflow is certain (values between
+65504 and float32's range), so a check answers in well under a second on any machine.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from amp_lessons.checks import FAILED, LearnerProblem, call_learner, checker, failed, passed
+from amp_lessons.debugging import OpDtypeRecorder, autocast_enabled, find_first_nonfinite, hook_count
+from amp_lessons.models import TextureNet, texture_batch
+
+# --------------------------------------------------------------------------------------------------
+# 05.1 first_nonfinite_module(model, inputs, dtype) -> qualified name | None
+# --------------------------------------------------------------------------------------------------
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class _Nested(nn.Module):
+    """The overflow is inside a block: the answer is 'block.fc2', not the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = _Block()
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.out(self.block(x))
+
+
+class _DefinedBackwards(nn.Module):
+    """`late` is defined first but runs second: definition order is not execution order."""
+
+    def __init__(self):
+        super().__init__()
+        self.late = nn.Linear(8, 2)
+        self.early = nn.Linear(4, 8)
+
+    def forward(self, x):
+        return self.late(torch.relu(self.early(x)))
+
+
+class _InlineMatmul(nn.Module):
+    """The overflow happens in the container's own code; the first module *output* that is non-finite is `b`."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 8)
+        self.mix = nn.Parameter(torch.full((8, 8), 300.0))
+        self.b = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)) @ self.mix)
+
+
+def _finder_cases():
+    """(label, model, inputs, expected answer): every overflow is float16-only (finite in float32)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        big = torch.randn(6, 4) * 40
+        quiet = torch.randn(6, 4)
+
+        sequential = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+        nested = _Nested()
+        backwards = _DefinedBackwards()
+        inf_then_nan = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+        inline = _InlineMatmul()
+        calm = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        with torch.no_grad():
+            sequential[2].weight.fill_(600.0)
+            nested.block.fc2.weight.fill_(2000.0)
+            backwards.early.weight.copy_(torch.sign(torch.randn(8, 4)) * 800.0)
+            inf_then_nan[0].weight.copy_(torch.sign(torch.randn(8, 4)) * 800.0)
+            inf_then_nan[1].weight.copy_(torch.tensor([1.0, -1.0]).repeat(2, 4))
+    return [
+        ("a Sequential whose 3rd layer overflows", sequential, big, "2"),
+        ("a model with a nested block", nested, big, "block.fc2"),
+        ("a model whose layers are defined in a different order than they run", backwards, big, "early"),
+        ("a layer that gives +-inf, followed by one that turns it into NaN", inf_then_nan, big, "0"),
+        ("a container whose own inline matmul overflows", inline, big, "b"),
+        ("a model that stays finite", calm, quiet, None),
+    ]
+
+
+def _outputs_in_finish_order(model, inputs, dtype, *, autocast=True, leaves_only=False, top_only=False):
+    """[(name, output)] in the order modules finished their forward (the reference and the mistake oracles)."""
+    seen = []
+    children = {id(m) for m in model.children()}
+    handles = []
+    for name, module in model.named_modules():
+        if leaves_only and next(module.children(), None) is not None:
+            continue
+        if top_only and id(module) not in children:
+            continue
+        handles.append(module.register_forward_hook(lambda m, a, out, name=name: seen.append((name, out))))
+    try:
+        with torch.no_grad(), torch.autocast(device_type=inputs.device.type, dtype=dtype, enabled=autocast):
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+def _first(pairs, test=lambda t: not bool(torch.isfinite(t).all())):
+    return next((name for name, out in pairs if isinstance(out, torch.Tensor) and test(out)), None)
+
+
+def _last(pairs):
+    bad = [name for name, out in pairs if isinstance(out, torch.Tensor) and not bool(torch.isfinite(out).all())]
+    return bad[-1] if bad else None
+
+
+def _definition_order(model, pairs):
+    outputs = dict(pairs)
+    for name, _ in model.named_modules():
+        if name and name in outputs and not bool(torch.isfinite(outputs[name]).all()):
+            return name
+    return None
+
+
+def _mistake_answers(model, inputs, dtype):
+    """What each known wrong approach answers on this case."""
+    every = _outputs_in_finish_order(model, inputs, dtype)
+    return {
+        "no autocast": _first(_outputs_in_finish_order(model, inputs, dtype, autocast=False)),
+        "last": _last(every),
+        "nan only": _first(every, test=lambda t: bool(torch.isnan(t).any())),
+        "top level": _first(_outputs_in_finish_order(model, inputs, dtype, top_only=True)),
+        "definition order": _definition_order(model, every),
+    }
+
+
+_FINDER_MISTAKES = {
+    "no autocast": (
+        "Your function found nothing where float16 overflows: it ran the model without autocast (or in another "
+        "dtype), and in float32 these values are ordinary numbers. Run the forward inside "
+        "`with torch.autocast(device_type=inputs.device.type, dtype=dtype):`."
+    ),
+    "last": (
+        "You returned the LAST module whose output is non-finite. Once one value is inf/NaN every later layer "
+        "(and the model itself, whose hook fires last) is non-finite too: keep the first name you see and ignore the "
+        "rest (e.g. `if not found: found.append(name)`)."
+    ),
+    "nan only": (
+        "You looked for NaN only. An overflow produces +-inf first; NaN appears a layer later (inf - inf, "
+        "0 * inf). Test with `torch.isfinite(output).all()`, which catches both."
+    ),
+    "top level": (
+        "You only watched the top-level children (model.children()), so you named the block that contains the "
+        "overflowing layer. Register the hook on every module from `model.named_modules()` to see inside blocks."
+    ),
+    "definition order": (
+        "You reported modules in the order they are DEFINED (named_modules()), not the order they RUN. Record the "
+        "names inside the forward hooks, as the hooks fire: that is the order the values are produced."
+    ),
+}
+
+
+@checker("05.1 first_nonfinite_module")
+def check_first_nonfinite_module(first_nonfinite_module):
+    """``first_nonfinite_module(model, inputs, dtype)`` names the first module (finish order) with a non-finite output."""
+    dtype = torch.float16
+    wrong = []  # (label, got, expected, mistake answers)
+    for label, model, inputs, expected in _finder_cases():
+        hooks_before = hook_count(model)
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        got = call_learner(first_nonfinite_module, model, inputs.clone(), dtype)
+        if hook_count(model) != hooks_before:
+            return failed(
+                f"On {label} your function left {hook_count(model) - hooks_before} hook(s) on the model. Keep the "
+                "handles that register_forward_hook returns and call handle.remove() on each in a `finally:` block, "
+                "so they are removed even when the forward raises."
+            )
+        if any(p.dtype != torch.float32 for p in model.parameters()) or any(
+            not torch.equal(state[k], v) for k, v in model.state_dict().items()
+        ):
+            return failed(
+                f"On {label} your function changed the model (its weights or their dtype, e.g. with model.half()). "
+                "A finder must only watch: autocast picks each op's dtype without touching the model."
+            )
+        if autocast_enabled("cpu"):
+            return failed("Autocast is still on after your function returned: use it as `with torch.autocast(...):`.")
+        if isinstance(got, nn.Module):
+            return failed(
+                "You returned a module object; return its qualified name, the string `model.named_modules()` gives "
+                "with it (e.g. 'block.fc2')."
+            )
+        if got is not None and not isinstance(got, str):
+            return failed(f"Your function returned a {type(got).__name__}; return a module name (str) or None.")
+        if got != expected:
+            wrong.append((label, got, expected, _mistake_answers(model, inputs, dtype)))
+    if not wrong:
+        return passed(
+            "You named the first non-finite module on all six models: inside blocks, in the order modules run, "
+            "inf as well as NaN, None when everything is finite, and your hooks are gone afterwards."
+        )
+    for mistake, message in _FINDER_MISTAKES.items():
+        if all(got == answers[mistake] for _, got, _, answers in wrong):
+            label, got, expected, _ = wrong[0]
+            return failed(message, [f"{label}: you returned {got!r}, the first non-finite module is {expected!r}"])
+    label, got, expected, _ = wrong[0]
+    if expected is None:
+        return failed(
+            f"On {label} every output is finite, so the answer is None; you returned {got!r}. Return a name only when "
+            "`torch.isfinite(output).all()` is False."
+        )
+    if got == "":
+        return failed(
+            f"On {label} you returned '' — the model itself. Its forward hook fires last, after all submodules; "
+            f"the first non-finite output is {expected!r}.",
+            [f"{lbl}: you returned {g!r}, expected {e!r}" for lbl, g, e, _ in wrong],
+        )
+    return failed(
+        f"On {label} you returned {got!r}, but the first module (in the order modules finish) whose output is "
+        f"non-finite is {expected!r}.",
+        [f"{lbl}: you returned {g!r}, expected {e!r}" for lbl, g, e, _ in wrong],
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# 05.2 texture_forward(model, x): the Gram product in FP32, everything else as autocast chooses
+# --------------------------------------------------------------------------------------------------
+_HIDING_OPS = {"clamp", "clamp_", "clip", "clip_", "nan_to_num", "nan_to_num_", "where", "masked_fill", "masked_fill_",
+               "clamp_max", "clamp_min", "minimum", "maximum", "hardtanh"}
+
+
+class _Patched(nn.Module):
+    """A TextureNet whose forward is the learner's function (so a real training step can run through it)."""
+
+    def __init__(self, inner, forward_fn):
+        super().__init__()
+        self.inner = inner
+        self.forward_fn = forward_fn
+
+    def forward(self, x):
+        return self.forward_fn(self.inner, x)
+
+
+def _texture_case(seed: int):
+    model = TextureNet(seed=seed)
+    x, y = texture_batch(n=8, seed=seed)
+    return model, x, y
+
+
+def _run_learner(fn, model, x, *, autocast: bool):
+    """Call the learner's forward, watching op dtypes and the dtypes of `features` / `head` outputs."""
+    module_dtypes = {}
+    handles = [
+        model.features.register_forward_hook(lambda m, a, out: module_dtypes.__setitem__("features", out.dtype)),
+        model.head.register_forward_hook(lambda m, a, out: module_dtypes.__setitem__("head", out.dtype)),
+    ]
+    recorder = OpDtypeRecorder("cpu")
+    try:
+        with torch.autocast(device_type="cpu", dtype=torch.float16, enabled=autocast):
+            with recorder:
+                got = call_learner(fn, model, x.clone(), what="`texture_forward`")
+            still_on = autocast_enabled("cpu")
+    except LearnerProblem as problem:
+        message = problem.result.message
+        if problem.result.status == FAILED and "dtype" in message.lower():
+            problem.result.message = (
+                "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a float16 "
+                "operand meet in one matmul. Cast BOTH operands with .float() inside the block.\n" + message
+            )
+        raise
+    finally:
+        for handle in handles:
+            handle.remove()
+    if autocast and not still_on:
+        raise LearnerProblem(failed(
+            "After your function returned, autocast was switched off for the caller: disable it only inside a "
+            "`with torch.autocast(device_type=..., enabled=False):` block, which restores it on exit."))
+    return got, recorder, module_dtypes
+
+
+def _gram_call(recorder, batch, channels):
+    """The matmul that produced the [batch, C, C] Gram matrix (None when there is none)."""
+    return next((c for c in recorder.matmuls if c.shape == (batch, channels, channels)), None)
+
+
+@checker("05.2 texture_forward keeps only the Gram product in FP32")
+def check_texture_forward(texture_forward):
+    """The learner's TextureNet forward: finite under FP16 autocast, FP32 only for ``h^T @ h``, same math."""
+    for seed in (0, 1):
+        model, x, y = _texture_case(seed)
+        batch, channels = x.shape[0], model.features[0].out_features
+        classes = model.head.out_features
+        with torch.no_grad():
+            reference = model(x)
+
+        # 1. Without autocast the function must be TextureNet.forward itself.
+        got, recorder, _ = _run_learner(texture_forward, model, x, autocast=False)
+        if not isinstance(got, torch.Tensor):
+            return failed(f"texture_forward returned a {type(got).__name__}; return the logits tensor "
+                          "(what `model.head(...)` gives).")
+        if tuple(got.shape) != (batch, classes):
+            return failed(f"texture_forward returned shape {tuple(got.shape)}; the logits are [{batch}, {classes}] "
+                          "(batch, classes). Return `model.head(gram.flatten(1))`.")
+        gram = _gram_call(recorder, batch, channels)
+        if gram is not None and gram.output_dtype == "bfloat16":
+            return failed(_BF16_MESSAGE)
+        if got.dtype != torch.float32 or not torch.allclose(got.detach().float(), reference, rtol=1e-4, atol=1e-3):
+            return failed(
+                "Called without autocast, your function does not reproduce TextureNet.forward: keep the math as it is "
+                "(features -> Gram product h^T @ h -> divide by the number of tokens -> head); only the precision of "
+                "one op should change."
+            )
+
+        # 2. Under float16 autocast: finite, Gram product in float32, the rest in float16, close to the reference.
+        got, recorder, module_dtypes = _run_learner(texture_forward, model, x, autocast=True)
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (batch, classes):
+            return failed("Under autocast texture_forward did not return the [batch, classes] logits tensor.")
+        gram = _gram_call(recorder, batch, channels)
+        finite = bool(torch.isfinite(got).all())
+        hid = sorted({c.name for c in recorder.calls if c.name in _HIDING_OPS})
+        if module_dtypes.get("features") == torch.float32:
+            return failed(
+                "Your whole forward ran in float32: `model.features` produced float32 although it is a Linear "
+                "that autocast runs in float16. Disabling autocast for the whole model throws away the mixed precision; "
+                "keep `enabled=False` around the Gram product only."
+            )
+        if gram is None:
+            return failed("No matmul produced the [batch, channels, channels] Gram matrix: compute "
+                          "`h.transpose(1, 2) @ h` (in float32) as TextureNet.forward does.")
+        if gram.output_dtype == "bfloat16":
+            return failed(_BF16_MESSAGE)
+        if not finite:
+            if gram.output_dtype == "float16" and not gram.autocast:
+                return failed(
+                    "You switched autocast off around the Gram product but its inputs are still float16 (h comes out "
+                    "of a float16 Linear), so the product ran in float16 and overflowed anyway. Cast them: "
+                    "`h.float().transpose(1, 2) @ h.float()`."
+                )
+            if module_dtypes.get("head") == torch.float32:
+                return failed(
+                    "You moved the wrong op to float32: `head` ran in float32, but the Gram product still ran in "
+                    "float16 and overflowed before head ever saw it. Use the finder's report: the first non-finite "
+                    "value is the input of head, computed by h^T @ h."
+                )
+            casts = [c for c in recorder.calls if c.name in ("float", "to", "type") and c.output_dtype == "float32"
+                     and not c.finite]
+            if casts:
+                return failed(
+                    "You cast to float32 AFTER the product: `(h.transpose(1, 2) @ h).float()` converts an inf that "
+                    "float16 already produced. The inputs must be float32 before the matmul runs."
+                )
+            return failed(
+                "Nothing was fixed: under float16 autocast the Gram product h^T @ h still runs in float16, exceeds "
+                "65504 and the logits are inf/NaN. Wrap it in `with torch.autocast(device_type=x.device.type, "
+                "enabled=False):` and cast its inputs with .float()."
+            )
+        if hid or (gram.output_dtype == "float16" and not gram.finite):
+            return failed(
+                f"You hid the overflow instead of fixing the precision ({', '.join(hid) or 'replaced the infs'}): the "
+                "output is finite but every clamped entry is wrong, so the logits no longer match the FP32 reference. "
+                "Compute the product in float32 instead."
+            )
+        if gram.output_dtype == "float16":
+            return failed(
+                "Your Gram product still runs in float16 and happens to stay finite (did you rescale h before the "
+                "product?). That is a legitimate trick, but it still depends on float16's range — a longer sequence "
+                "overflows again. This exercise practises the precision fix: autocast off locally, inputs cast "
+                "to float32."
+            )
+        if module_dtypes.get("head") == torch.float32:
+            return failed(
+                "The Gram product is float32 now (good), but `head` ran in float32 too: your `enabled=False` block "
+                "is wider than needed. End it right after the product so head's Linear runs in float16 as "
+                "autocast chooses."
+            )
+        difference = (got.detach().float() - reference).abs().max().item()
+        tolerance = 2e-3 * reference.abs().max().item() + 1e-2
+        if not difference <= tolerance:
+            return failed(
+                f"The logits differ from the FP32 reference by up to {difference:.4g} (allowed {tolerance:.3g}): "
+                "keep the rest of the forward unchanged."
+            )
+
+        # 3. A real training step through the fixed forward must be finite.
+        patched = _Patched(model, texture_forward)
+        optimizer = torch.optim.SGD(patched.parameters(), lr=1e-4)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+        try:
+            report = find_first_nonfinite(patched, optimizer, scaler, F.cross_entropy, x, y, dtype=torch.float16)
+        except LearnerProblem:
+            raise
+        except Exception as exc:  # the forward already ran twice above; an error here is still the learner's
+            return failed(f"A training step through texture_forward raised {type(exc).__name__}: {exc}")
+        if report.found:
+            return failed("The forward is finite but a training step through it is not. " + report.headline())
+    return passed(
+        "Only the Gram product runs in float32; features and head still run in float16; the logits are finite, match "
+        "the FP32 reference, and a training step through your forward is finite."
+    )
+
+
+_BF16_MESSAGE = (
+    "Your Gram product runs in bfloat16. bfloat16 has the range (no overflow) but only 8 significant bits: products "
+    "near 1e5 are rounded to steps of 512, so the pooled features and the logits move away from the FP32 "
+    "reference. Use float32 for this op: `enabled=False` and .float() on the inputs."
+)
+

@@ -1,0 +1,500 @@
+"""Lesson 02's checkers: the fraction of a gradient lost to underflow/overflow, and the largest safe loss scale.
+
+Both compare the learner's function with an oracle on many tensors (typical gradients spread over 60
+octaves, BF16-range values, empty, all-zero, subnormal-only, inf/NaN, huge values, values right at the
+rounding edges 2^-25 and 65520) and, when an answer is wrong, replay the usual mistakes on the same inputs
+to name the one that explains it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from amp_lessons.checks import LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.scaling import classify
+
+F16, BF16 = torch.float16, torch.bfloat16
+F16_TINY = 2.0**-24  # smallest FP16 subnormal
+F16_NORMAL = 2.0**-14  # smallest FP16 normal
+
+
+def _name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _log_uniform(n: int, low: float, high: float, seed: int, signed: bool = True) -> torch.Tensor:
+    """``n`` magnitudes spread evenly in log2 between 2^low and 2^high (random signs): gradient-like spread."""
+    generator = torch.Generator().manual_seed(seed)
+    exponents = torch.rand(n, generator=generator, dtype=torch.float64) * (high - low) + low
+    values = torch.exp2(exponents)
+    if signed:
+        signs = torch.randint(0, 2, (n,), generator=generator, dtype=torch.float64) * 2 - 1
+        values = values * signs
+    return values.float()
+
+
+def _call(fn, case: str, *args):
+    """call_learner, with the input named in the message when the learner's code fails on it."""
+    try:
+        return call_learner(fn, *args)
+    except LearnerProblem as problem:
+        if problem.result.status == "failed":
+            problem.result.message += f"\n(This happened on the input: {case}.)"
+        raise
+
+
+def _as_float(value, what: str) -> float:
+    if isinstance(value, bool):
+        stop(f"{what} is a bool ({value}); return a number.")
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            stop(f"{what} is a tensor with {value.numel()} elements; return one number (use .item()).")
+        value = value.item()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        stop(f"{what} is a {type(value).__name__} ({value!r:.60}); return a number.")
+    return float("nan")  # unreachable: stop() raises
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # a float32 mean() is fine
+
+
+# ----------------------------------------------------------------------------- 02.1 lost_fractions
+
+
+def _oracle_fractions(grad, dtype, scale):
+    counts = classify(grad, dtype, scale)
+    n = counts["nonzero"]
+    return (counts["zero"] / n, counts["inf"] / n) if n else (0.0, 0.0)
+
+
+def _fraction_cases():
+    """(description, tensor, dtype, scale) — the order matters only for which failure is reported first."""
+    spread = _log_uniform(4000, -40, 20, seed=1)
+    wide = _log_uniform(4000, -150, 127, seed=2)
+    edges = torch.tensor([2.0**-26, 2.0**-25, 1.5 * 2.0**-25, 0.75 * 2.0**-24, 2.0**-24, 3 * 2.0**-24,
+                          2.0**-15, 2.0**-14, 0.5, 65504.0, 65510.0, 65519.0, 65520.0, 65536.0, 1e5])
+    negative = -_log_uniform(2000, -40, 20, seed=3, signed=False)
+    subnormal_only = torch.tensor([2.0**-24, 2.0**-20, 2.0**-15, -(2.0**-17), 1.25 * 2.0**-24, 2.0**-14 * 0.999])
+    mixed = torch.cat([_log_uniform(1000, -35, 18, seed=4), torch.zeros(500),
+                       torch.tensor([float("inf"), float("-inf"), float("nan")] * 50)])
+    huge = torch.tensor([1e5, -1e5, 3e38, -3e38, 1e30, 7e4, -7e4, 1.0])
+    cases = [(f"log-uniform gradients 2^-40..2^20, random signs, {_name(F16)}, scale 2^{e}", spread, F16, 2.0**e)
+             for e in (0, 8, 16, 24)]
+    cases += [
+        ("values at the rounding edges (2^-26, 2^-25, 1.5*2^-25, ..., 65510, 65519, 65520, 1e5), float16, scale 1",
+         edges, F16, 1.0),
+        ("only negative gradients 2^-40..2^20, float16, scale 2^16", negative, F16, 2.0**16),
+        ("FP16-subnormal values only (2^-24..2^-14), float16, scale 1", subnormal_only, F16, 1.0),
+        ("gradients with zeros, inf and NaN mixed in, float16, scale 2^8", mixed, F16, 2.0**8),
+        ("huge values (1e5, 3e38, ...), float16, scale 2^8", huge, F16, 2.0**8),
+        ("values 2^-150..2^127 (BF16's whole range), bfloat16, scale 1", wide, BF16, 1.0),
+        ("values 2^-150..2^127, bfloat16, scale 2^16", wide, BF16, 2.0**16),
+        ("huge values (1e5, 3e38, ...), bfloat16, scale 2^8", huge, BF16, 2.0**8),
+    ]
+    return cases
+
+
+def _edge_fraction_cases():
+    return [
+        ("an empty tensor", torch.zeros(0), F16, 1.0),
+        ("an all-zero tensor", torch.zeros(100), F16, 2.0**16),
+        ("a tensor holding only inf and NaN", torch.tensor([float("inf"), float("nan"), float("-inf")]), F16, 1.0),
+    ]
+
+
+def _finite_nonzero(grad):
+    return grad[torch.isfinite(grad) & (grad != 0)]
+
+
+def _fraction_mistakes():
+    """name -> (wrong implementation, explanation). Each reproduces one plausible mistake exactly."""
+
+    def ratio(mask, denominator):
+        return int(mask.sum()) / denominator if denominator else 0.0
+
+    def cast_first(g, dtype, scale):
+        g = _finite_nonzero(g)
+        c = g.to(dtype) * scale
+        return ratio(c == 0, g.numel()), ratio(torch.isinf(c), g.numel())
+
+    def normal_threshold(g, dtype, scale):
+        g = _finite_nonzero(g)
+        c = (g * scale).to(dtype)
+        return ratio(c.abs() < torch.finfo(dtype).smallest_normal, g.numel()), ratio(torch.isinf(c), g.numel())
+
+    def thresholds(g, dtype, scale):
+        g = _finite_nonzero(g)
+        info = torch.finfo(dtype)
+        s = (g * scale).abs()
+        return ratio(s < info.smallest_normal * info.eps, g.numel()), ratio(s > info.max, g.numel())
+
+    def shifted(g, dtype, scale, under_factor=None, over=None):
+        g = _finite_nonzero(g)
+        info = torch.finfo(dtype)
+        s = g * scale
+        c = s.to(dtype)
+        under = c == 0 if under_factor is None else s.abs() < info.smallest_normal * info.eps * under_factor
+        overflow = torch.isinf(c) if over is None else s.abs() >= over(info)
+        return ratio(under, g.numel()), ratio(overflow, g.numel())
+
+    def no_abs(g, dtype, scale):
+        g = _finite_nonzero(g)
+        info = torch.finfo(dtype)
+        s = g * scale
+        return ratio(s < info.smallest_normal * info.eps, g.numel()), ratio(s > info.max, g.numel())
+
+    def positive_inf_only(g, dtype, scale):
+        g = _finite_nonzero(g)
+        c = (g * scale).to(dtype)
+        return ratio(c == 0, g.numel()), ratio(c == float("inf"), g.numel())
+
+    def over_numel(g, dtype, scale):
+        n = g.numel()
+        c = (_finite_nonzero(g) * scale).to(dtype)
+        return ratio(c == 0, n), ratio(torch.isinf(c), n)
+
+    def zeros_counted(g, dtype, scale):
+        c = (g[~torch.isnan(g)] * scale).to(dtype)
+        n = g.numel()
+        return ratio(c == 0, n), ratio(torch.isinf(c), n)
+
+    def zeros_counted_finite(g, dtype, scale):
+        f = g[torch.isfinite(g)]
+        c = (f * scale).to(dtype)
+        return ratio(c == 0, f.numel()), ratio(torch.isinf(c), f.numel())
+
+    def nonfinite_kept(g, dtype, scale):
+        g = g[g != 0]
+        c = (g * scale).to(dtype)
+        return ratio(c == 0, g.numel()), ratio(torch.isinf(c) | torch.isnan(c), g.numel())
+
+    def always_fp16(g, dtype, scale):
+        return _oracle_fractions(g, F16, scale)
+
+    def no_scale(g, dtype, scale):
+        return _oracle_fractions(g, dtype, 1.0)
+
+    tiny = "the smallest subnormal 2^-24"
+    return {
+        "swapped": (lambda g, d, s: _oracle_fractions(g, d, s)[::-1],
+                    "You returned (overflow, underflow): the exercise asks for (underflow, overflow), in that order."),
+        "percent": (lambda g, d, s: tuple(100 * v for v in _oracle_fractions(g, d, s)),
+                    "Your numbers are 100 times too large: return fractions between 0 and 1, not percentages."),
+        "counts": (lambda g, d, s: tuple(v * _finite_nonzero(g).numel() for v in _oracle_fractions(g, d, s)),
+                   "You returned counts, not fractions: divide by the number of nonzero finite values."),
+        "no scale": (no_scale, "Your answer does not change with `scale`: multiply the gradient by `scale` before casting."),
+        "cast first": (cast_first,
+                       "You cast to the low-precision dtype first and scaled afterwards (`g.to(dtype) * scale`): by then the "
+                       "small values are already 0. Loss scaling works because the multiplication happens before the "
+                       "value is stored in FP16: compute `(g * scale).to(dtype)`."),
+        "normal threshold": (normal_threshold,
+                             "You counted subnormal results as underflow (compared with the smallest *normal* 2^-14). A "
+                             f"subnormal is still nonzero, only less precise; underflow means the cast gives exactly 0, i.e. "
+                             f"below {tiny} (after rounding)."),
+        "thresholds": (thresholds,
+                       f"You compared |g * scale| with {tiny} and with 65504 instead of casting. Casting rounds to "
+                       "nearest: values above 2^-25 round *up* to 2^-24 and survive, and values below 65520 round "
+                       "*down* to 65504 and stay finite. Cast and test the result (`== 0`, `isinf`)."),
+        "2^-23": (lambda g, d, s: shifted(g, d, s, under_factor=2.0),
+                  f"Off by one in the exponent: you treated everything below 2^-23 as underflow, but {tiny} itself "
+                  "is representable (and values above 2^-25 round up to it). Cast and test `== 0` instead."),
+        "2^-25": (lambda g, d, s: shifted(g, d, s, under_factor=0.5),
+                  "Off by one in the exponent: you compared with 2^-25, but exactly 2^-25 is a tie that rounds to 0 "
+                  "(ties go to the even neighbour, 0). Cast and test `== 0` instead of comparing."),
+        "65536": (lambda g, d, s: shifted(g, d, s, over=lambda i: 2.0 ** math.ceil(math.log2(i.max))),
+                  "You used 2^16 = 65536 as FP16's overflow limit, but values from 65520 up already round to inf (the "
+                  "largest FP16 number is 65504). Cast and test `torch.isinf` instead."),
+        "no abs": (no_abs,
+                   "You ignored the sign: `g * scale < threshold` is true for every negative gradient, and a large "
+                   "negative value never exceeds +65504. Negative gradients under/overflow exactly like positive ones: "
+                   "cast and test (`== 0`, `torch.isinf`), or use `.abs()`."),
+        "positive inf only": (positive_inf_only,
+                              "You counted only +inf as overflow: large *negative* values become -inf. Use `torch.isinf`."),
+        "over numel": (over_numel,
+                       "You divided by `grad.numel()`, which includes zeros and inf/NaN. The fractions are of the nonzero, "
+                       "finite values only."),
+        "zeros counted": (zeros_counted,
+                          "You counted values that were already 0 in FP32 as underflow. Underflow means nonzero *before* "
+                          "the cast and zero after: leave zeros (and inf/NaN) out of both counts and the denominator."),
+        "zeros counted finite": (zeros_counted_finite,
+                                 "You counted values that were already 0 in FP32 as underflow (and in the denominator). "
+                                 "Keep only nonzero, finite values: `g = g[torch.isfinite(g) & (g != 0)]`."),
+        "nonfinite kept": (nonfinite_kept,
+                           "You kept inf/NaN values that were already in the gradient: they count as overflow in your "
+                           "answer. Scaling cannot cause or fix them; leave them out (use `torch.isfinite`)."),
+        "always fp16": (always_fp16,
+                        "Your answer ignores `dtype`: for bfloat16 the thresholds are 2^-133 and about 3.4e38. Cast to "
+                        "the `dtype` you are given (or read the limits from `torch.finfo(dtype)`)."),
+    }
+
+
+def _get_pair(fn, case, grad, dtype, scale):
+    got = _call(fn, case, grad.clone(), dtype, scale)
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        stop(f"`lost_fractions` returned {type(got).__name__} {str(got)[:80]!r}; return a tuple "
+             f"`(underflow, overflow)` of two numbers. (Input: {case}.)")
+    return tuple(_as_float(v, f"Part {i} of the result") for i, v in enumerate(got))
+
+
+def _explain(answers: dict, cases: list, mistakes: dict, first_wrong: int):
+    """The mistake that reproduces the learner's answer on the first wrong input (and on most others)."""
+    best, best_score = None, -1
+    for _key, (wrong, explanation) in mistakes.items():
+        try:
+            if not _matches(wrong(*cases[first_wrong][1:]), answers[first_wrong]):
+                continue
+            score = sum(_matches(wrong(*case[1:]), answers[i]) for i, case in enumerate(cases) if i in answers)
+        except Exception:  # a wrong variant may not apply to some input; it then explains nothing
+            continue
+        if score > best_score:
+            best, best_score = explanation, score
+    return best
+
+
+def _matches(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, tuple):
+        return all(_same(float(x), float(y)) for x, y in zip(a, b))
+    return _same(float(a), float(b))
+
+
+@checker("02.1 lost_fractions")
+def check_lost_fractions(lost_fractions):
+    """``lost_fractions(grad, dtype, scale) -> (underflow, overflow)`` as defined in the exercise."""
+    cases = _fraction_cases()
+    answers, first_wrong = {}, None
+    for index, (case, grad, dtype, scale) in enumerate(cases):
+        got = _get_pair(lost_fractions, case, grad, dtype, scale)
+        if any(math.isnan(v) for v in got):
+            return failed(f"Your function returned NaN on {case}. Return fractions between 0 and 1.")
+        answers[index] = got
+        if first_wrong is None and not _matches(got, _oracle_fractions(grad, dtype, scale)):
+            first_wrong = index
+    if first_wrong is not None:
+        case, grad, dtype, scale = cases[first_wrong]
+        expected = _oracle_fractions(grad, dtype, scale)
+        detail = [f"input: {case}", f"expected (underflow, overflow) = ({expected[0]:.6g}, {expected[1]:.6g})",
+                  f"yours = ({answers[first_wrong][0]:.6g}, {answers[first_wrong][1]:.6g})"]
+        explanation = _explain(answers, cases, _fraction_mistakes(), first_wrong)
+        if explanation is None:
+            flipped = _get_pair(lost_fractions, f"{case}, with every sign flipped", -grad, dtype, scale)
+            if not _matches(flipped, answers[first_wrong]):
+                explanation = _fraction_mistakes()["no abs"][1]
+                detail.append(f"the same values with their signs flipped gave ({flipped[0]:.6g}, {flipped[1]:.6g})")
+        if explanation is None:
+            explanation = ("Your fractions differ from the definition. Keep the nonzero finite values, compute "
+                           "`(g * scale).to(dtype)`, and count `== 0` (underflow) and `torch.isinf` (overflow).")
+        return failed(explanation, detail)
+    for case, grad, dtype, scale in _edge_fraction_cases():
+        try:
+            got = _get_pair(lost_fractions, case, grad, dtype, scale)
+        except LearnerProblem as problem:
+            problem.result.message += (" When there are no nonzero finite values there is nothing to lose: return "
+                                       "(0.0, 0.0) instead of dividing by zero.")
+            raise
+        if any(math.isnan(v) for v in got):
+            return failed(f"On {case} you returned {got}: that is 0/0. With no nonzero finite values there is "
+                          "nothing to lose: return (0.0, 0.0).")
+        if not _matches(got, (0.0, 0.0)):
+            return failed(f"On {case} you returned {got}; with no nonzero finite values the answer is (0.0, 0.0) "
+                          "(zeros were zero before the cast, inf/NaN were broken before it).")
+    return passed(f"Right on all {len(cases) + 3} inputs, including the rounding edges (1.5*2^-25 survives, 65519 "
+                  "stays finite), negative values, inf/NaN, empty and all-zero tensors, and bfloat16's range.")
+
+
+# ----------------------------------------------------------------------------- 02.2 largest_safe_scale
+
+
+def _oracle_scale(grads, dtype, max_exponent):
+    flat = [g.detach().reshape(-1).float() for g in grads]
+    values = torch.cat(flat) if flat else torch.zeros(0)
+    if not bool(torch.isfinite(values).all()):
+        return None
+    amax = values.abs().max() if values.numel() else torch.tensor(0.0)
+    if float(amax) == 0.0:
+        return 2.0**max_exponent
+    info = torch.finfo(dtype)
+    k = min(max_exponent, math.floor(math.log2(info.max) - math.log2(float(amax))) + 1)
+    while bool(torch.isinf((amax * 2.0**k).to(dtype))):
+        k -= 1
+    return 2.0**k
+
+
+def _scale_cases():
+    """(description, list of tensors, dtype, max_exponent)."""
+    generator = torch.Generator().manual_seed(5)
+    model_like = [torch.randn(64, 32, generator=generator) * 2.0**-20, torch.randn(64, generator=generator) * 2.0**-12,
+                  torch.randn(10, 64, generator=generator) * 2.0**-7]
+    cases = [
+        ("three layers of gradients (largest about 2^-5, in the last tensor), float16, max_exponent=24",
+         model_like, F16, 24),
+        ("one tensor with largest |value| 3.0, float16, max_exponent=24", [torch.tensor([0.5, -3.0, 1e-9])], F16, 24),
+        ("the largest value is negative (-3000.0), float16, max_exponent=24",
+         [torch.tensor([1.0, 2.0]), torch.tensor([-3000.0, 5.0])], F16, 24),
+        ("tiny gradients (largest 2^-30): capped, float16, max_exponent=24", [torch.full((5,), 2.0**-30)], F16, 24),
+        ("tiny gradients, max_exponent=16", [torch.full((5,), -(2.0**-30))], F16, 16),
+        ("largest 65510 * 2^-10 (times 2^10 it rounds DOWN to 65504, finite), float16, max_exponent=24",
+         [torch.tensor([65510.0 * 2.0**-10, 1.0])], F16, 24),
+        ("largest 65530 * 2^-10 (times 2^10 it rounds UP to inf), float16, max_exponent=24",
+         [torch.tensor([65530.0 * 2.0**-10, 1.0])], F16, 24),
+        ("largest exactly 65504 * 2^-8, float16, max_exponent=24", [torch.tensor([65504.0 * 2.0**-8])], F16, 24),
+        ("gradients already above FP16's max (largest 1e6): the scale must go below 1, float16",
+         [torch.tensor([1e6, -2.0]), torch.tensor([3.0])], F16, 24),
+        ("gradients with largest 1e36, bfloat16, max_exponent=24", [torch.tensor([1e36, -1.0])], BF16, 24),
+        ("gradients with largest 3.0, bfloat16, max_exponent=30 (BF16 has room for the cap)",
+         [torch.tensor([3.0, -1.0])], BF16, 30),
+        ("largest 3.0, float16, max_exponent=0", [torch.tensor([3.0])], F16, 0),
+    ]
+    return cases
+
+
+def _special_scale_cases():
+    inf, nan = float("inf"), float("nan")
+    return {
+        "inf": [("gradients containing inf (in the second tensor)", [torch.tensor([1.0, 2.0]), torch.tensor([inf, 1.0])], F16, 24),
+                ("gradients containing NaN", [torch.tensor([1.0, nan])], F16, 24),
+                ("gradients containing -inf, bfloat16", [torch.tensor([-inf, 1.0])], BF16, 24)],
+        "zero": [("all-zero gradients, max_exponent=24", [torch.zeros(3, 4), torch.zeros(5)], F16, 24),
+                 ("an empty list of gradients, max_exponent=16", [], F16, 16),
+                 ("a list holding one empty tensor, max_exponent=24", [torch.zeros(0)], F16, 24)],
+    }
+
+
+def _scale_mistakes():
+    """name -> (wrong implementation, explanation); each takes (grads, dtype, max_exponent)."""
+
+    def flat(grads):
+        return torch.cat([g.reshape(-1).float() for g in grads]) if grads else torch.zeros(0)
+
+    def finite(grads):
+        return bool(torch.isfinite(flat(grads)).all())
+
+    def by_limit(grads, dtype, max_exponent, limit):
+        """largest k <= max_exponent with amax * 2^k < limit (a threshold test instead of the cast)."""
+        if not finite(grads):
+            return None
+        amax = float(flat(grads).abs().max()) if flat(grads).numel() else 0.0
+        if amax == 0:
+            return 2.0**max_exponent
+        k = math.floor(math.log2(limit / amax))
+        while amax * 2.0**k >= limit:
+            k -= 1
+        while amax * 2.0 ** (k + 1) < limit:
+            k += 1
+        return 2.0 ** min(k, max_exponent)
+
+    def times(grads, dtype, max_exponent, factor):
+        answer = _oracle_scale(grads, dtype, max_exponent)
+        return None if answer is None else answer * factor
+
+    def signed_max(grads, dtype, max_exponent):
+        values = flat(grads)
+        if not finite(grads):
+            return None
+        top = float(values.max()) if values.numel() else 0.0
+        if top <= 0:
+            return 2.0**max_exponent
+        return _oracle_scale([torch.tensor([top])], dtype, max_exponent)
+
+    def at_least_one(grads, dtype, max_exponent):
+        answer = _oracle_scale(grads, dtype, max_exponent)
+        return None if answer is None else max(answer, 1.0)
+
+    return {
+        "too big": (lambda g, d, m: times(g, d, m, 2.0),
+                    "Off by one in the exponent: your scale is twice the largest safe one, so the largest |gradient| "
+                    "times your scale becomes inf. (`ceil`/`round` where `floor` belongs, or `<=` that should be `<`?)"),
+        "too small": (lambda g, d, m: times(g, d, m, 0.5),
+                      "Off by one in the exponent: your scale is half the largest safe one; twice your scale still "
+                      "causes no overflow. (`floor(...) - 1`, a loop that stops one step late, or `<` that should be `<=`?)"),
+        "65504 compare": (lambda g, d, m: by_limit(g, d, m, torch.finfo(d).max * (1 + 2.0**-40)),
+                          "You compared max|g| * scale with finfo.max = 65504, but casting rounds to nearest: values "
+                          "below 65520 round *down* to 65504 and stay finite. Overflow means the *cast* gives inf: test "
+                          "`torch.isinf((amax * scale).to(dtype))`."),
+        "65536": (lambda g, d, m: by_limit(g, d, m, 2.0 ** math.ceil(math.log2(torch.finfo(d).max))),
+                  "You used 2^16 = 65536 as FP16's limit, but values from 65520 up already round to inf (the largest "
+                  "FP16 number is 65504). Test the cast itself: `torch.isinf((amax * scale).to(dtype))`."),
+        "signed max": (signed_max,
+                       "You ignored the sign: `max()` misses a large *negative* gradient, which overflows to -inf just "
+                       "the same. Use the largest magnitude, `g.abs().max()`."),
+        "first only": (lambda g, d, m: _oracle_scale(g[:1], d, m),
+                       "You looked only at the first tensor of the list: the largest gradient can be in any of them."),
+        "no cap": (lambda g, d, m: _oracle_scale(g, d, 200),
+                   "Your scale is larger than 2**max_exponent: the cap is part of the answer (it is also what keeps a "
+                   "scaler from growing forever on tiny gradients)."),
+        "at least one": (at_least_one,
+                         "You never return a scale below 1, but gradients above the format's max (here 1e6 > 65504) "
+                         "already overflow at scale 1: the largest safe scale is then a negative power of two."),
+        "always fp16": (lambda g, d, m: _oracle_scale(g, F16, m),
+                        "Your answer ignores `dtype`: bfloat16 reaches about 3.4e38, so it needs a different scale "
+                        "(read the limit from `torch.finfo(dtype)` or cast to `dtype`)."),
+    }
+
+
+def _check_scale_value(got, case):
+    if got is None:
+        return None
+    if isinstance(got, bool):
+        stop(f"`largest_safe_scale` returned {got} on {case}; return a number (a power of two) or None.")
+    value = _as_float(got, "Your result")
+    if not math.isfinite(value) or value <= 0:
+        stop(f"`largest_safe_scale` returned {value} on {case}; a loss scale is a positive, finite power of two "
+             "(return None only for inf/NaN gradients).")
+    mantissa, _ = math.frexp(value)
+    if mantissa != 0.5:
+        stop(f"`largest_safe_scale` returned {value:g} on {case}, which is not a power of two. Return 2.0**k: "
+             "multiplying by a power of two only shifts the exponent, so it never adds rounding error itself.")
+    return value
+
+
+@checker("02.2 largest_safe_scale")
+def check_largest_safe_scale(largest_safe_scale):
+    """``largest_safe_scale(grads, dtype, max_exponent) -> float | None`` as defined in the exercise."""
+    cases = _scale_cases()
+    answers, first_wrong = {}, None
+    for index, (case, grads, dtype, max_exponent) in enumerate(cases):
+        got = _check_scale_value(_call(largest_safe_scale, case, [g.clone() for g in grads], dtype, max_exponent), case)
+        answers[index] = got
+        if first_wrong is None and not _matches(got, _oracle_scale(grads, dtype, max_exponent)):
+            first_wrong = index
+    if first_wrong is not None:
+        case, grads, dtype, max_exponent = cases[first_wrong]
+        expected = _oracle_scale(grads, dtype, max_exponent)
+        got = answers[first_wrong]
+        detail = [f"input: {case}", f"expected 2^{int(math.log2(expected))} = {expected:g}",
+                  "yours: None" if got is None else f"yours: 2^{math.log2(got):g} = {got:g}"]
+        if got is None:
+            return failed("You returned None for finite gradients. None is only for gradients that already contain "
+                          "inf/NaN; check `torch.isfinite` on the FP32 gradients themselves, not after casting them "
+                          "(a finite 1e6 casts to inf in FP16, yet a scale below 1 handles it).", detail)
+        explanation = _explain(answers, cases, _scale_mistakes(), first_wrong)
+        if explanation is None:
+            explanation = ("Not the largest safe power of two. Find the largest |gradient| over all tensors, then the "
+                           "largest integer k <= max_exponent with `(amax * 2.0**k).to(dtype)` finite.")
+        return failed(explanation, detail)
+    special = _special_scale_cases()
+    for case, grads, dtype, max_exponent in special["inf"]:
+        got = _check_scale_value(_call(largest_safe_scale, case, [g.clone() for g in grads], dtype, max_exponent), case)
+        if got is not None:
+            return failed(f"On {case} you returned {got:g}. When a gradient is already inf or NaN no loss scale can "
+                          "make it finite: return None (skip this step and look for the cause). Lowering the scale "
+                          "further is what GradScaler does, and it only helps when the scale caused the overflow.")
+    for case, grads, dtype, max_exponent in special["zero"]:
+        try:
+            got = _check_scale_value(_call(largest_safe_scale, case, [g.clone() for g in grads], dtype, max_exponent), case)
+        except LearnerProblem as problem:
+            problem.result.message += (" With no nonzero gradient nothing can overflow: return the cap "
+                                       "2.0**max_exponent (log2 of 0 or max() of nothing must not be reached).")
+            raise
+        if got != 2.0**max_exponent:
+            shown = "None" if got is None else f"{got:g}"
+            return failed(f"On {case} you returned {shown}. With no nonzero gradient nothing can overflow at any scale, "
+                          f"so the answer is the cap 2.0**max_exponent = {2.0**max_exponent:g}.")
+    return passed(f"Right on all {len(cases) + 6} inputs: the sign, every tensor in the list, the rounding edge at "
+                  "65520, scales below 1, the cap, bfloat16, inf/NaN (None) and all-zero/empty (the cap).")

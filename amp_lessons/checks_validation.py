@@ -1,0 +1,267 @@
+"""Lesson 04's checkers: a tie-aware ``decide``, criteria for a stated application, judging a trial.
+
+Each checker runs the learner's function on hand-picked boundary cases first (margin exactly equal to
+the tolerance, all-equal rows, NaN and inf rows, one class, an empty batch, low-precision inputs), each
+with the message that names the usual mistake, then on random rows against the package's own version.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from amp_lessons.checks import call_learner, checker, failed, passed, stop
+from amp_lessons.validation import Criteria, accuracy, decide
+
+NAN, INF = math.nan, math.inf
+
+# ------------------------------------------------------------------------------------------ 04.1 decide
+
+
+def _t(rows, dtype=torch.float32):
+    return torch.tensor(rows, dtype=dtype)
+
+
+# (scores, tie_tolerance, expected, message naming the mistake when the answer differs)
+_DECIDE_CASES = [
+    (_t([[0.1, 2.0, -1.0, 0.5], [3.0, -2.0, 1.0, 0.0], [-1.0, -0.5, -3.0, -0.75]]), 0.0, [1, 0, 1],
+     "On rows with one clear winner the decision must be the index of the largest score (torch.argmax along "
+     "dim=1)."),
+    (_t([[2.0, 5.0, 5.0], [7.0, 7.0, 1.0]]), 0.0, [1, 0],
+     "An exact tie must go to the LOWEST index: [2, 5, 5] decides 1 and [7, 7, 1] decides 0."),
+    (_t([[1.0, 0.75, 0.0]]), 0.25, [0],
+     "The margin 1.0 - 0.75 = 0.25 is exactly equal to tie_tolerance=0.25: that row must decide (0). Abstain only "
+     "when the margin is strictly below the tolerance: use `margin < tie_tolerance`, not `<=`."),
+    (_t([[1.0, 1.0003, 0.5]]), 1e-3, [-1],
+     "Scores [1.0, 1.0003, 0.5] with tie_tolerance=0.001 have margin 0.0003 < 0.001, so the row must abstain "
+     "(-1). Does your function use tie_tolerance?"),
+    (_t([[5.0, 4.9, 0.0], [0.0, 5.0, 4.9]]), 0.5, [-1, -1],
+     "The margin is the top score minus the RUNNER-UP (second largest in the row, e.g. torch.topk(scores, 2)), "
+     "not minus the smallest score and not column 0 minus column 1: [5.0, 4.9, 0.0] and [0.0, 5.0, 4.9] both "
+     "have margin 0.1 < 0.5 and must give -1."),
+    (_t([[3.0, 3.0, 3.0], [-1.0, -1.0, -1.0]]), 0.0, [0, 0],
+     "All-equal rows with tie_tolerance=0 are exact ties: they must decide the lowest index, 0."),
+    (_t([[3.0, 3.0, 3.0]]), 0.5, [-1],
+     "An all-equal row has margin 0, which is below tie_tolerance=0.5: it must give -1."),
+    (_t([[NAN, 1.0, 2.0], [1.0, 2.0, 3.0]]), 0.0, [-1, 2],
+     "A row containing NaN must give -1 (torch.argmax treats NaN as the largest value, and skipping the NaN "
+     "would decide from a broken row); the other rows decide as usual. Test rows with torch.isfinite(...).all(dim=1)."),
+    (_t([[INF, 1.0, 2.0], [1.0, -INF, 0.0]]), 0.0, [-1, -1],
+     "A row with +inf or -inf must give -1 too (the spec says any NaN or infinity): torch.isnan alone misses "
+     "infinities; use torch.isfinite."),
+    (_t([[0.3], [2.0], [-7.0]]), 0.5, [0, 0, 0],
+     "With a single class there is no runner-up: the margin counts as infinite and every finite row decides 0 "
+     "(torch.topk(scores, 2) fails when C == 1: handle that case first)."),
+    (_t([[NAN]]), 0.0, [-1], "A single-class row that is NaN must still give -1."),
+    (torch.zeros(0, 3), 0.1, [],
+     "An empty batch (shape [0, 3]) must return an empty LongTensor of shape [0], without an error."),
+    (_t([[1.0, 1.0003]], torch.float16), 0.0, [0],
+     "float16 scores [1.0, 1.0003] are stored as [1.0, 1.0] (1.0003 rounds to 1.0): an exact tie, so the "
+     "decision is 0. Decide on the tensor you are given; do not round or perturb it."),
+    (_t([[1.0, 0.75, 0.5]], torch.bfloat16), 0.25, [0],
+     "bfloat16 scores [1.0, 0.75, 0.5] with tie_tolerance=0.25: the margin is exactly 0.25 and must decide 0."),
+]
+
+
+def _as_decisions(got, n: int, what: str) -> torch.Tensor:
+    if not isinstance(got, torch.Tensor):
+        stop(f"decide returned a {type(got).__name__} for {what}; return a LongTensor of shape [N] "
+             "(e.g. `torch.tensor([...], dtype=torch.long)` or `.long()`).")
+    if got.dtype != torch.long:
+        stop(f"decide returned dtype {got.dtype} for {what}; decisions are class indices: return a LongTensor "
+             "(dtype torch.long, e.g. `.long()`), with -1 for abstain.")
+    if tuple(got.shape) != (n,):
+        stop(f"decide returned shape {tuple(got.shape)} for {what}; expected [{n}]: one decision per row "
+             "(reduce over dim=1 and do not keep the dimension).")
+    return got.detach().cpu()
+
+
+@checker("04.1 decide with a tie rule")
+def check_decide(decide_fn):
+    """``decide_fn(scores, tie_tolerance) -> LongTensor [N]`` per the rules of exercise 04.1."""
+    for scores, tolerance, expected, mistake in _DECIDE_CASES:
+        original = scores.clone()
+        what = f"scores {scores.tolist()} ({str(scores.dtype).replace('torch.', '')}), tie_tolerance={tolerance}"
+        got = _as_decisions(call_learner(decide_fn, scores, tolerance), scores.shape[0], what)
+        if not torch.allclose(scores.float(), original.float(), rtol=0, atol=0, equal_nan=True):
+            return failed("decide changed the scores tensor it was given (an in-place operation such as "
+                          "nan_to_num_ or sort_). Work on a copy or use out-of-place operations.")
+        if got.tolist() != expected:
+            return failed(f"{mistake}\nFor {what} you returned {got.tolist()}, expected {expected}.")
+    generator = torch.Generator().manual_seed(4)
+    for trial in range(30):
+        n, c = int(torch.randint(1, 9, (1,), generator=generator)), int(torch.randint(2, 6, (1,), generator=generator))
+        scores = torch.round(torch.randn(n, c, generator=generator) * 4) / 4  # quarters: exact ties and margins
+        if trial % 3 == 0:
+            scores[0, 0] = NAN
+        tolerance = (0.0, 0.25, 0.5, 1.0)[trial % 4]
+        expected = decide(scores, tolerance)
+        got = _as_decisions(call_learner(decide_fn, scores.clone(), tolerance), n, "a random batch")
+        if not torch.equal(got, expected):
+            row = int((got != expected).nonzero()[0])
+            return failed(f"On random scores your decision differs from the rule: row {scores[row].tolist()} with "
+                          f"tie_tolerance={tolerance} should give {int(expected[row])}, you gave {int(got[row])}.")
+    return passed("decide follows the rule on every boundary: exact ties -> lowest index, margin strictly below the "
+                  "tolerance -> -1, margin equal to it decides, NaN/inf rows -> -1, one class -> 0, empty -> empty.")
+
+
+# ------------------------------------------------------------------------------------ 04.2 make_criteria
+
+EXPECTED_CRITERIA = dict(atol=0.05, rtol=0.01, min_quality=0.8, nonfinite="fail", tie_rule="abstain",
+                         tie_tolerance=0.1, allowed_decision_changes=0)
+
+
+@checker("04.2 criteria for the ticket router")
+def check_criteria(make_criteria):
+    """``make_criteria()`` must return the Criteria the ticket-router application states."""
+    got = call_learner(make_criteria)
+    if not isinstance(got, Criteria):
+        return failed(f"make_criteria returned a {type(got).__name__}; return an amp_lessons.validation.Criteria(...) "
+                      "(immutable, with a fingerprint), not a dict or a tuple.")
+    want = EXPECTED_CRITERIA
+    if got.atol == want["rtol"] and got.rtol == want["atol"]:
+        return failed("atol and rtol are swapped: the absolute part is 0.05 (atol), the relative part 1 % (rtol=0.01).")
+    if got.rtol == 1.0:
+        return failed("rtol=1 means 100 %: '1 % of the reference score' is rtol=0.01 (a fraction).")
+    if got.rtol == 0:
+        return failed("The tolerance has a relative part too: 'plus 1 % of the reference score's size' is rtol=0.01.")
+    if not math.isclose(got.rtol, want["rtol"]):
+        return failed(f"rtol is {got.rtol:g}; '1 % of the size of the reference score' is rtol=0.01.")
+    if not math.isclose(got.atol, want["atol"]):
+        return failed(f"atol is {got.atol:g}; the application allows an absolute difference of 0.05.")
+    if got.min_quality is None:
+        return failed("The application requires at least 80 % accuracy on the labelled set: set min_quality=0.8.")
+    if not math.isclose(got.min_quality, want["min_quality"]):
+        return failed(f"min_quality is {got.min_quality:g}; 'at least 80 %' is min_quality=0.8.")
+    if got.nonfinite != "fail":
+        return failed("Any NaN or inf must fail the trial: nonfinite='fail'.")
+    if got.tie_rule != "abstain":
+        return failed("Near-ties are escalated to a person, not settled by the lowest index: tie_rule='abstain'.")
+    if math.isclose(got.tie_tolerance, want["atol"]) and not math.isclose(want["atol"], want["tie_tolerance"]):
+        return failed("tie_tolerance is the MARGIN below which tickets are escalated (0.1), not the score tolerance "
+                      "atol (0.05).")
+    if not math.isclose(got.tie_tolerance, want["tie_tolerance"]):
+        return failed(f"tie_tolerance is {got.tie_tolerance:g}; tickets whose top two scores are closer than 0.1 are "
+                      "escalated: tie_tolerance=0.1.")
+    if got.allowed_decision_changes != 0:
+        return failed(f"allowed_decision_changes is {got.allowed_decision_changes}; 'no ticket may change decision' "
+                      "means 0.")
+    return passed(f"These are the router's criteria, fingerprint {got.fingerprint}. Print them before any trial.")
+
+
+# ---------------------------------------------------------------------------------------- 04.3 judge_trial
+
+KEYS = ("finite", "numeric", "decision", "quality", "passed")
+
+
+def _crit(**overrides) -> Criteria:
+    base = dict(atol=0.01, rtol=0.0)
+    base.update(overrides)
+    return Criteria(**base)
+
+
+# (name, reference, trial, labels, criteria, message when a key differs)
+_JUDGE_CASES = [
+    ("identical scores", _t([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]]), _t([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]]), [0, 1],
+     _crit(min_quality=0.5), "Identical reference and trial scores must pass every level."),
+    ("a flip within tolerance", _t([[1.0, 1.0003, 0.0]]), _t([[1.0003, 1.0, 0.0]]), [1], _crit(),
+     "Every score is within 0.01 of the reference, but the decision changed (class 1 -> class 0). A decision "
+     "change must fail 'decision' (and 'passed') even when 'numeric' passes."),
+    ("one change allowed", _t([[1.0, 1.0003, 0.0]]), _t([[1.0003, 1.0, 0.0]]), [1], _crit(allowed_decision_changes=1),
+     "The criteria allow 1 decision change (allowed_decision_changes=1): one changed row must pass 'decision'."),
+    ("difference exactly at the tolerance", _t([[2.0, 0.0]]), _t([[2.5, 0.0]]), [0], _crit(atol=0.25, rtol=0.125),
+     "|2.5 - 2.0| = 0.5 equals atol + rtol*|ref| = 0.25 + 0.125*2: a difference exactly at the tolerance passes "
+     "(use <=, as torch.allclose does)."),
+    ("rtol scales with the reference", _t([[1.0, 0.0]]), _t([[2.0, 0.0]]), [0], _crit(atol=0.0, rtol=0.6),
+     "rtol multiplies |reference|, not |trial|: the allowed difference is 0 + 0.6*|1.0| = 0.6 < 1.0, so 'numeric' "
+     "fails (with |trial| it would wrongly pass)."),
+    ("a score that went down", _t([[2.0, 0.0]]), _t([[1.0, 0.0]]), [0], _crit(atol=0.5),
+     "The trial score 1.0 is 1.0 BELOW the reference 2.0: compare the absolute difference |trial - reference| "
+     "with the tolerance."),
+    ("NaN in the trial", _t([[2.0, 0.0], [0.0, 2.0]]), _t([[NAN, 0.0], [0.0, 2.0]]), [0, 1], _crit(),
+     "A NaN score fails 'finite' (policy 'fail') and fails 'numeric' too: NaN compares False with everything, so "
+     "`not (diff > tol).any()` lets it through; test `(diff <= tol).all()` instead."),
+    ("inf allowed by policy", _t([[2.0, 0.0], [0.0, 2.0]]), _t([[INF, 0.0], [0.0, 2.0]]), [0, 1],
+     _crit(nonfinite="allow", allowed_decision_changes=1),
+     "With nonfinite='allow' a non-finite score does not fail 'finite' (it still fails 'numeric', and its row "
+     "decides -1, which is a change)."),
+    ("tie rule from the criteria", _t([[1.0, 0.95]]), _t([[0.95, 1.0]]), [0],
+     _crit(atol=0.1, tie_rule="abstain", tie_tolerance=0.1),
+     "Decide with the criteria's tie rule, `decide(scores, criteria.tie_tolerance)`: margins 0.05 < 0.1 make "
+     "both rows abstain (-1), so no decision changed."),
+    ("quality ignores unlabelled rows", _t([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0]]), _t([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0]]),
+     [0, -1, 1], _crit(min_quality=1.0),
+     "Label -1 means 'no correct answer': leave those rows out of the accuracy. Here both labelled rows are "
+     "right, so quality is 100 % and meets min_quality=1.0."),
+    ("abstaining is not correct", _t([[2.0, 1.95], [0.0, 2.0]]), _t([[2.0, 1.95], [0.0, 2.0]]), [0, 1],
+     _crit(atol=0.1, tie_rule="abstain", tie_tolerance=0.1, min_quality=0.75),
+     "An abstention (-1) is not the right answer: accuracy is 1 of 2 labelled rows = 50 % < 75 %, so 'quality' "
+     "fails."),
+    ("no minimum quality", _t([[0.0, 2.0]]), _t([[0.0, 2.0]]), [0], _crit(),
+     "With min_quality=None quality is not judged: 'quality' must be True even though the only labelled row is "
+     "wrong."),
+]
+
+
+def _oracle(reference, trial, labels, criteria) -> dict:
+    finite = bool(torch.isfinite(trial).all()) or criteria.nonfinite == "allow"
+    numeric = bool(((trial - reference).abs() <= criteria.atol + criteria.rtol * reference.abs()).all())
+    changed = int((decide(reference, criteria.tie_tolerance) != decide(trial, criteria.tie_tolerance)).sum())
+    decision = changed <= criteria.allowed_decision_changes
+    quality = True
+    if criteria.min_quality is not None:
+        quality = accuracy(decide(trial, criteria.tie_tolerance), torch.tensor(labels)) >= criteria.min_quality
+    return {"finite": finite, "numeric": numeric, "decision": decision, "quality": bool(quality),
+            "passed": finite and numeric and decision and bool(quality)}
+
+
+def _as_verdict(got, name: str) -> dict:
+    if not isinstance(got, dict):
+        stop(f"judge_trial returned a {type(got).__name__} for the case '{name}'; return a dict with the keys "
+             f"{list(KEYS)} and True/False values.")
+    missing = [k for k in KEYS if k not in got]
+    if missing:
+        stop(f"The dict judge_trial returned has no key(s) {missing}; it needs exactly {list(KEYS)}.")
+    verdict = {}
+    for key in KEYS:
+        value = got[key]
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+            value = value.item()
+        if not isinstance(value, bool):
+            stop(f"judge_trial's '{key}' is {value!r} ({type(value).__name__}) for the case '{name}'; each value must "
+                 "be True or False (wrap it in bool(...)).")
+        verdict[key] = value
+    return verdict
+
+
+@checker("04.3 judge a trial against the criteria")
+def check_judge_trial(judge_trial):
+    """``judge_trial(reference, trial, labels, criteria) -> {finite, numeric, decision, quality, passed}``."""
+    for name, reference, trial, labels, criteria, mistake in _JUDGE_CASES:
+        got = _as_verdict(call_learner(judge_trial, reference.clone(), trial.clone(), torch.tensor(labels), criteria), name)
+        want = _oracle(reference, trial, labels, criteria)
+        wrong = [k for k in KEYS[:-1] if got[k] != want[k]]
+        if wrong:
+            shown = ", ".join(f"'{k}': you said {got[k]}, expected {want[k]}" for k in wrong)
+            return failed(f"Case '{name}': {mistake}\n({shown}.)")
+        if got["passed"] != want["passed"]:
+            return failed(f"Case '{name}': 'passed' must be True only when all four levels pass (finite, numeric, "
+                          f"decision, quality); you said {got['passed']} with {[got[k] for k in KEYS[:-1]]}.")
+    generator = torch.Generator().manual_seed(43)
+    for trial_number in range(12):
+        reference = torch.round(torch.randn(6, 3, generator=generator) * 8) / 8
+        trial = reference + torch.round(torch.randn(6, 3, generator=generator)) / 16
+        labels = torch.randint(-1, 3, (6,), generator=generator)
+        criteria = _crit(atol=(0.0625, 0.125)[trial_number % 2], rtol=0.0625 * (trial_number % 3),
+                         min_quality=(None, 0.5)[trial_number % 2],
+                         allowed_decision_changes=trial_number % 2)
+        got = _as_verdict(call_learner(judge_trial, reference.clone(), trial.clone(), labels.clone(), criteria), "random")
+        want = _oracle(reference, trial, labels.tolist(), criteria)
+        if got != want:
+            wrong = [k for k in KEYS if got[k] != want[k]]
+            return failed(f"On a random trial your verdict differs for {wrong}: expected {want}, got {got}.")
+    return passed("judge_trial reads the criteria at every level: finite (with its policy), numeric (abs diff <= "
+                  "atol + rtol*|ref|, NaN fails), decision (tie rule, allowed changes) and quality (labelled rows).")

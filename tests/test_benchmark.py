@@ -1,0 +1,574 @@
+"""Lesson 07: the benchmark helpers, the generated conclusions, and the time_step checker."""
+
+import math
+import time
+
+import matplotlib.figure
+import pytest
+import torch
+from notebook_code import exercise, solution
+from torch import nn
+
+from amp_lessons import benchmark
+from amp_lessons.benchmark import Measurement
+from amp_lessons.checks import check_time_step
+from amp_lessons.checks_benchmark import SCENARIOS, FakeDevice
+from amp_lessons.models import TimingMLP
+
+LESSON = "07_measuring_gains.ipynb"
+
+
+# ----------------------------------------------------------------------------- checker: solution and exercise
+
+
+def test_solution_passes():
+    result = check_time_step(solution(LESSON, "time_step"))
+    assert result.passed, result.message
+
+
+def test_solution_passes_in_strict_mode(strict):
+    assert check_time_step(solution(LESSON, "time_step")).passed
+
+
+def test_untouched_exercise_is_not_done():
+    result = check_time_step(exercise(LESSON, "time_step"))
+    assert result.status == "not done", result.message
+
+
+def test_checker_is_fast():
+    fn = solution(LESSON, "time_step")
+    began = time.perf_counter()
+    check_time_step(fn)
+    assert time.perf_counter() - began < 0.5
+
+
+# ----------------------------------------------------------------------------- checker: each known mistake
+
+
+def _right(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        step_fn()
+        sync()
+        times.append(clock() - start)
+    return times
+
+
+def no_warmup(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        step_fn()
+        sync()
+        times.append(clock() - start)
+    return times
+
+
+def no_sync(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        step_fn()
+        times.append(clock() - start)
+    return times
+
+
+def sync_only_before_start(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = clock()
+        step_fn()
+        times.append(clock() - start)
+    return times
+
+
+def no_sync_after_warmup(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        step_fn()
+        sync()
+        times.append(clock() - start)
+    return times
+
+
+def item_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        loss = step_fn()
+        loss.item()
+        sync()
+        times.append(clock() - start)
+    return times
+
+
+def isfinite_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        loss = step_fn()
+        sync()
+        assert torch.isfinite(loss)
+        times.append(clock() - start)
+    return times
+
+
+def print_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    sync()
+    times = []
+    for i in range(repeats):
+        start = clock()
+        step_fn()
+        sync()
+        print("step", i)
+        times.append(clock() - start)
+    return times
+
+
+def total_number(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    sync()
+    start = clock()
+    for _ in range(repeats):
+        step_fn()
+    sync()
+    return clock() - start
+
+
+def total_in_a_list(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return [total_number(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
+
+
+def same_average(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    total = total_number(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)
+    return [total / repeats] * repeats
+
+
+def median_only(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    import statistics
+
+    return statistics.median(_right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock))
+
+
+def running_total(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    sync()
+    times = []
+    start = clock()
+    for _ in range(repeats):
+        step_fn()
+        sync()
+        times.append(clock() - start)
+    return times
+
+
+def milliseconds(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return [t * 1000 for t in _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
+
+
+def one_repeat_short(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(step_fn, warmup=warmup, repeats=repeats - 1, sync=sync, clock=clock)
+
+
+def warmup_in_result(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(step_fn, warmup=0, repeats=warmup + repeats, sync=sync, clock=clock)
+
+
+def reversed_subtraction(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return [-t for t in _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
+
+
+def ignores_clock(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=time.perf_counter)
+
+
+def uses_cuda_synchronize(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=torch.cuda.synchronize, clock=clock)
+
+
+def hard_coded_counts(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(step_fn, warmup=3, repeats=6, sync=sync, clock=clock)
+
+
+def returns_tensor(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return torch.tensor(_right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock))
+
+
+def forgets_return(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)
+
+
+def passes_device_to_sync(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=lambda: sync("cuda"), clock=clock)
+
+
+WRONG = [
+    (no_warmup, "No warm-up"),
+    (no_sync, "never call `sync()`"),
+    (sync_only_before_start, "BEFORE reading the clock at the end"),
+    (no_sync_after_warmup, "leftover warm-up work"),
+    (item_inside, "`item`"),
+    (isfinite_inside, "`isfinite`"),
+    (print_inside, "`print`"),
+    (total_number, "TOTAL time"),
+    (total_in_a_list, "TOTAL time"),
+    (same_average, "same average"),
+    (median_only, "MEDIAN"),
+    (running_total, "running total"),
+    (milliseconds, "milliseconds"),
+    (one_repeat_short, "warm-up + repeats"),
+    (warmup_in_result, "the warm-up calls are in your list"),
+    (reversed_subtraction, "wrong way round"),
+    (ignores_clock, "never called `clock()`"),
+    (uses_cuda_synchronize, "torch.cuda.synchronize() directly"),
+    (hard_coded_counts, "warm-up + repeats"),
+    (returns_tensor, "returned a tensor"),
+    (forgets_return, "forget `return times`"),
+    (passes_device_to_sync, "passed arguments to sync"),
+]
+
+
+@pytest.mark.parametrize("wrong, named", WRONG, ids=[w.__name__ for w, _ in WRONG])
+def test_wrong_answer_is_named(wrong, named):
+    result = check_time_step(wrong)
+    assert not result.passed
+    assert result.status == "failed"
+    assert named in result.message, result.message
+
+
+def _raises(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return 1 / 0
+
+
+def _loops_forever(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    while True:
+        step_fn()
+
+
+def _nan(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    clock()
+    return [float("nan")] * repeats
+
+
+def _strings(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return ["0.01"] * repeats
+
+
+def _dict(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return {"median": 0.01}
+
+
+def _bools(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return [True] * repeats
+
+
+def _nested(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return [[0.01]] * repeats
+
+
+JUNK = [None, "time_step", 42, lambda: None, lambda a: a, _raises, _loops_forever, _nan, _strings, _dict, _bools,
+        _nested, print]
+
+
+@pytest.mark.parametrize("junk", JUNK, ids=range(len(JUNK)))
+def test_junk_never_raises(junk):
+    result = check_time_step(junk)
+    assert not result.passed
+    assert result.status in ("failed", "not done")
+    assert result.message
+
+
+def test_junk_messages_are_specific():
+    assert "None" in check_time_step(None).message
+    assert "ZeroDivisionError" in check_time_step(_raises).message
+    assert "more than" in check_time_step(_loops_forever).message
+    assert "NaN" in check_time_step(_nan).message
+    assert "str" in check_time_step(_strings).message
+
+
+def test_checker_restores_torch_cuda_synchronize():
+    original = torch.cuda.synchronize
+    check_time_step(uses_cuda_synchronize)
+    check_time_step(_raises)
+    assert torch.cuda.synchronize is original
+
+
+# ----------------------------------------------------------------------------- the simulated device
+
+
+def test_fake_device_is_asynchronous():
+    device = FakeDevice([0.5, 0.1])
+    device.step()
+    assert device.clock() < 0.01  # the call returned before the work finished
+    device.sync()
+    assert device.clock() == pytest.approx(0.5, abs=1e-5)
+    start = device.clock()
+    device.step()
+    device.sync()
+    assert device.clock() - start == pytest.approx(0.1, abs=1e-5)
+
+
+def test_scenarios_have_slow_first_calls():
+    for warmup, _repeats, costs in SCENARIOS:
+        if warmup:
+            assert costs[0] > 2 * costs[warmup]
+
+
+# ----------------------------------------------------------------------------- measure and friends
+
+
+def _counting_step():
+    calls = []
+
+    def step():
+        calls.append(1)
+        return torch.tensor(1.0)
+
+    return step, calls
+
+
+def test_measure_calls_warmup_plus_repeats():
+    step, calls = _counting_step()
+    m = benchmark.measure(step, device="cpu", warmup=2, repeats=7, label="x")
+    assert len(calls) == 9
+    assert len(m.times) == 7 and all(t >= 0 for t in m.times)
+    assert m.all_finite is True and m.peak_memory_bytes is None and m.label == "x"
+
+
+def test_measure_checks_outputs_after_timing():
+    m = benchmark.measure(lambda: torch.tensor(float("nan")), device="cpu", warmup=0, repeats=3)
+    assert m.all_finite is False
+    assert benchmark.measure(lambda: None, device="cpu", warmup=0, repeats=2).all_finite is None
+
+
+def test_measure_stops_at_max_seconds_after_min_repeats():
+    m = benchmark.measure(lambda: time.sleep(0.02), device="cpu", warmup=0, repeats=100, max_seconds=0.01,
+                          min_repeats=3)
+    assert len(m.times) == 3
+
+
+@pytest.mark.parametrize("kwargs", [dict(warmup=-1), dict(repeats=0), dict(repeats=2.5), dict(warmup=True)])
+def test_measure_rejects_bad_counts(kwargs):
+    with pytest.raises(ValueError):
+        benchmark.measure(lambda: None, device="cpu", **kwargs)
+
+
+def test_measure_rejects_non_callable():
+    with pytest.raises(TypeError):
+        benchmark.measure("step", device="cpu")
+
+
+def test_measurement_statistics():
+    m = Measurement("a", [0.004, 0.001, 0.003, 0.002, 0.005])
+    assert m.median == 0.003
+    assert m.q25 == 0.002 and m.q75 == 0.004
+    assert m.spread == pytest.approx(0.002)
+    assert "median 3.000 ms" in str(m)
+    assert math.isnan(Measurement("empty", []).median)
+
+
+def test_synchronize_and_time_loop_on_cpu():
+    benchmark.synchronize("cpu")
+    benchmark.make_synchronizer(torch.device("cpu"))()
+    step, calls = _counting_step()
+    per_step = benchmark.time_loop(step, device="cpu", steps=4, rounds=3, item_each_step=True)
+    assert len(per_step) == 3
+    assert len(calls) == 2 + 12  # warm-up (plain and with .item()) + steps * rounds
+    with pytest.raises(ValueError):
+        benchmark.time_loop(step, device="cpu", steps=0)
+
+
+def test_cpu_threads_restores():
+    before = torch.get_num_threads()
+    with benchmark.cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with benchmark.cpu_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError):
+        with benchmark.cpu_threads(0):
+            pass
+
+
+# ----------------------------------------------------------------------------- generated conclusions (synthetic numbers)
+
+
+def _m(label, median, jitter=0.02):
+    return Measurement(label, [median * (1 + jitter * k) for k in (-2, -1, 0, 1, 2)])
+
+
+def test_speed_verdict_branches():
+    base = _m("FP32", 0.010)
+    assert benchmark.speed_verdict(base, _m("BF16", 0.005))[0] == "faster"
+    assert benchmark.speed_verdict(base, _m("BF16", 0.020))[0] == "slower"
+    assert benchmark.speed_verdict(base, _m("BF16", 0.0101))[0] == "no clear difference"
+    noisy = Measurement("BF16", [0.002, 0.004, 0.008, 0.012, 0.016])  # faster median, overlapping IQR
+    assert benchmark.speed_verdict(base, noisy)[0] == "no clear difference"
+
+
+def test_conclusions_say_slower_on_a_cpu_without_bf16():
+    text = benchmark.conclusions([_m("FP32", 0.010), _m("FP16 autocast", 0.020), _m("BF16 autocast", 0.015)],
+                                 device_type="cpu", native_bf16=False)
+    assert "FP16 autocast is SLOWER" in text and "BF16 autocast is SLOWER" in text
+    assert "no BF16 instructions" in text and "rarely have fast FP16" in text
+    assert "AMP made the step slower" in text
+
+
+def test_conclusions_faster_on_gpu_and_cpu_with_bf16():
+    gpu = benchmark.conclusions([_m("FP32", 0.010), _m("BF16 autocast", 0.004)], device_type="cuda")
+    assert "faster" in gpu and "Tensor Cores" in gpu and "measured speed-up" in gpu
+    cpu = benchmark.conclusions([_m("FP32", 0.010), _m("BF16 autocast", 0.004)], device_type="cpu", native_bf16=True)
+    assert "has BF16 instructions" in cpu
+    slow_gpu = benchmark.conclusions([_m("FP32", 0.010), _m("FP16 autocast", 0.02)], device_type="cuda")
+    assert "too small" in slow_gpu
+
+
+def test_conclusions_unclear_and_single_and_nonfinite():
+    text = benchmark.conclusions([_m("FP32", 0.010), _m("BF16 autocast", 0.0101)])
+    assert "no clear difference" in text and "do not claim a speed-up" in text
+    assert "nothing to compare" in benchmark.conclusions([_m("FP32", 0.01)])
+    bad = _m("FP16 autocast", 0.005)
+    bad.all_finite = False
+    assert "NaN/inf" in benchmark.conclusions([_m("FP32", 0.01), bad])
+
+
+def test_item_conclusion_branches():
+    plain = [0.010, 0.0101, 0.0099, 0.0100]
+    slow = [0.020, 0.021, 0.019, 0.020]
+    assert "measurably slower" in benchmark.item_conclusion(plain, slow, device_type="cuda")
+    assert "other processes" in benchmark.item_conclusion(plain, slow, device_type="cpu")
+    same = benchmark.item_conclusion(plain, plain, device_type="cpu")
+    assert "No measurable cost" in same and "cheap here" in same
+    assert "noise" in benchmark.item_conclusion(slow, plain, device_type="cpu")
+
+
+def test_shape_conclusion_branches():
+    friendly = _m("n=4096", 0.001)
+    assert "multiple of 8 was clearly faster" in benchmark.shape_conclusion([friendly, _m("n=4095", 0.002)])
+    assert "No clear difference" in benchmark.shape_conclusion([friendly, _m("n=4095", 0.001)])
+    assert "unexpected" in benchmark.shape_conclusion([_m("n=4096", 0.002), _m("n=4095", 0.001)])
+    assert "Need two" in benchmark.shape_conclusion([friendly])
+
+
+def test_results_table_and_plot():
+    results = [_m("FP32", 0.010), _m("BF16 autocast", 0.005)]
+    table = benchmark.results_table(results)
+    assert list(table.index) == ["FP32", "BF16 autocast"]
+    assert table.loc["BF16 autocast", "speed-up vs FP32"] == 2.0
+    assert table.loc["BF16 autocast", "verdict"] == "faster"
+    assert table.loc["FP32", "peak GPU memory (MiB)"] == "n/a (CPU)"
+    assert isinstance(benchmark.plot_times(results), matplotlib.figure.Figure)
+    with pytest.raises(ValueError):
+        benchmark.results_table([])
+    with pytest.raises(ValueError):
+        benchmark.results_table(results, baseline="FP64")
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    model = TimingMLP(32, 64, 5)
+    x = torch.randn(24, 32)
+    y = torch.randint(0, 5, (24,))
+    return model, nn.CrossEntropyLoss(), x, y
+
+
+def test_timing_mlp_shapes(small):
+    model, _, x, _ = small
+    assert model(x).shape == (24, 5)
+
+
+def test_saved_tensor_report_fp32_vs_bf16(small):
+    model, loss_fn, x, y = small
+    fp32 = benchmark.saved_tensor_report(model, loss_fn, x, y)
+    bf16 = benchmark.saved_tensor_report(model, loss_fn, x, y, dtype=torch.bfloat16)
+    kinds32 = set(fp32["kind"])
+    assert "weight copy cast by autocast" not in kinds32 and "parameter (FP32 master)" in kinds32
+    copies = bf16[bf16["kind"] == "weight copy cast by autocast"]
+    assert len(copies) and set(copies["dtype"]) == {"bfloat16"}
+    act32 = fp32[fp32["kind"] == "activation"]["bytes"].sum()
+    act16 = bf16[bf16["kind"] == "activation"]["bytes"].sum()
+    assert 0.4 < act16 / act32 < 0.65  # roughly half: some activations (loss, int targets) stay wide
+    assert "float32" in set(bf16[bf16["kind"] == "activation"]["dtype"])  # not everything goes low precision
+
+
+def test_state_breakdown_and_conclusion(small):
+    model, loss_fn, x, y = small
+    optimizer = torch.optim.Adam(model.parameters())
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+    state = benchmark.state_bytes(model, optimizer)
+    n = sum(p.numel() for p in model.parameters())
+    assert state == {"weights": 4 * n, "gradients": 4 * n, "optimizer state": 8 * n}
+    saved = {"FP32": benchmark.saved_tensor_report(model, loss_fn, x, y),
+             "BF16": benchmark.saved_tensor_report(model, loss_fn, x, y, dtype=torch.bfloat16)}
+    table = benchmark.memory_breakdown(state, saved)
+    assert table.at["weights", "FP32"] == table.at["weights", "BF16"]
+    assert table.at["total", "BF16"] > 0.5 * table.at["total", "FP32"]
+    text = benchmark.memory_conclusion(table)
+    assert "BF16: activations saved for backward are" in text and "keeps them in FP32" in text
+    assert isinstance(benchmark.plot_memory(table), matplotlib.figure.Figure)
+    model.zero_grad(set_to_none=True)
+
+
+def test_memory_by_batch_ratio_falls_but_stays_above_half(small):
+    model, loss_fn, _, _ = small
+    state = benchmark.state_bytes(model)
+    frame = benchmark.memory_by_batch(model, loss_fn, state, batch_sizes=[3, 48, 768], in_features=32, classes=5,
+                                      dtype=torch.bfloat16, device="cpu")
+    ratios = list(frame["AMP / FP32"])
+    assert ratios[0] > ratios[-1] > 0.5
+    text = benchmark.memory_by_batch_conclusion(frame)
+    assert "No batch reached one half" in text
+    assert isinstance(benchmark.plot_memory_by_batch(frame), matplotlib.figure.Figure)
+
+
+def test_memory_by_batch_conclusion_branches():
+    import pandas as pd
+
+    frame = pd.DataFrame({"AMP / FP32": [1.05, 0.8, 0.45]}, index=pd.Index([8, 64, 512], name="batch"))
+    text = benchmark.memory_by_batch_conclusion(frame)
+    assert "MORE memory" in text and "went down to 0.45" in text
+
+
+def test_process_rss_and_platform_note(monkeypatch):
+    rss = benchmark.process_peak_rss_bytes()
+    assert rss is None or rss > 10 * 2**20
+    monkeypatch.setattr(torch.version, "hip", "6.2.0", raising=False)
+    assert "ROCm build" in benchmark.platform_note()
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.version, "cuda", None, raising=False)
+    assert "CPU-only build" in benchmark.platform_note()
+    monkeypatch.setattr(torch.version, "cuda", "12.4", raising=False)
+    assert "CUDA 12.4 build" in benchmark.platform_note()
+
+
+def test_shape_comparison_runs_on_cpu():
+    results = benchmark.shape_comparison("cpu", sizes=(16, 15), dtype=torch.bfloat16, warmup=1, repeats=2)
+    assert [r.label for r in results] == ["n=16", "n=15"]
+    assert isinstance(benchmark.shape_conclusion(results), str)
