@@ -158,13 +158,14 @@ def measure(step_fn, *, device, warmup: int = 3, repeats: int = 20, label: str =
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         began = time.perf_counter()
         done = 0
-        for start, end in zip(starts, ends):
-            start.record()
-            outputs.append(step_fn())
-            end.record()
-            done += 1
-            if _out_of_time(began, max_seconds, done, min_repeats):  # host clock only: no wait for the GPU
-                break
+        with torch.cuda.device(device):  # events record on this device's current stream
+            for start, end in zip(starts, ends):
+                start.record()
+                outputs.append(step_fn())
+                end.record()
+                done += 1
+                if _out_of_time(began, max_seconds, done, min_repeats):  # host clock only: no wait for the GPU
+                    break
         synchronize(device)  # the only wait: after the timed region
         measurement.times = [start.elapsed_time(end) / 1e3 for start, end in zip(starts[:done], ends[:done])]
         measurement.peak_memory_bytes = int(torch.cuda.max_memory_allocated(device))
@@ -194,6 +195,16 @@ def outputs_finite(outputs) -> bool | None:
     return bool(torch.isfinite(torch.cat(tensors)).all())
 
 
+def _loop_once(step_fn, device, steps: int, item_each_step: bool) -> float:
+    began = time.perf_counter()
+    for _ in range(steps):
+        loss = step_fn()
+        if item_each_step:
+            loss.item()  # the diagnostic under test: one number copied to the host, every step
+    synchronize(device)
+    return (time.perf_counter() - began) / steps
+
+
 def time_loop(step_fn, *, device, steps: int = 10, rounds: int = 5, item_each_step: bool = False,
               max_seconds: float | None = None) -> list:
     """Seconds per step of a loop of ``steps`` calls, timed as a whole (host clock, one sync at the end).
@@ -202,26 +213,32 @@ def time_loop(step_fn, *, device, steps: int = 10, rounds: int = 5, item_each_st
     queues step k+1 while the GPU still runs step k; with it the CPU waits every step.
     Returns one value per round (at least 2 rounds; fewer than ``rounds`` once ``max_seconds`` is used up).
     """
+    return item_overhead(step_fn, device=device, steps=steps, rounds=rounds, max_seconds=max_seconds,
+                         variants=(item_each_step,))[0]
+
+
+def item_overhead(step_fn, *, device, steps: int = 10, rounds: int = 5, max_seconds: float | None = None,
+                  variants=(False, True)) -> list:
+    """Per-step seconds of loops without and with a ``loss.item()`` after every step: ``[without, with]``.
+
+    The rounds alternate (without, with, without, with, ...) so that a change in the machine's load during the
+    measurement hits both loops alike instead of biasing one of them.
+    """
     _check_int("steps", steps, 1)
     _check_int("rounds", rounds, 1)
     device = torch.device(device)
-    step_fn()  # warm-up
-    if item_each_step:
+    step_fn()  # warm-up, both ways
+    if True in variants:
         step_fn().item()
     synchronize(device)
-    per_step = []
+    results = [[] for _ in variants]
     first = time.perf_counter()
     for done in range(1, rounds + 1):
-        began = time.perf_counter()
-        for _ in range(steps):
-            loss = step_fn()
-            if item_each_step:
-                loss.item()  # the diagnostic under test: one number copied to the host, every step
-        synchronize(device)
-        per_step.append((time.perf_counter() - began) / steps)
+        for bucket, item_each_step in zip(results, variants):
+            bucket.append(_loop_once(step_fn, device, steps, item_each_step))
         if _out_of_time(first, max_seconds, done, 2):
             break
-    return per_step
+    return results
 
 
 # ----------------------------------------------------------------------------- tables, figures, conclusions
@@ -642,7 +659,7 @@ def shape_comparison(device, *, sizes=(4096, 4095), dtype=torch.float16, warmup:
 
         def matmul(a=a, b=b):
             with torch.autocast(device_type=device.type, dtype=dtype):
-                return a @ b
+                a @ b  # the product is dropped at once: keeping 10 of them would only fill memory
 
         results.append(measure(matmul, device=device, warmup=warmup, repeats=repeats, label=f"n={n}"))
         del a, b

@@ -621,7 +621,7 @@ def simulated_failed_write(fraction: float = 0.5):
     That is what an interrupted save does (disk full, job killed, node lost). An atomic save survives it: the
     bytes went into a temporary file, and the old checkpoint was never opened.
     """
-    real_save = torch.save
+    real_save, real_serialization_save = torch.save, torch.serialization.save
 
     def failing_save(obj, f, *args, **kwargs):
         buffer = io.BytesIO()
@@ -634,11 +634,11 @@ def simulated_failed_write(fraction: float = 0.5):
             f.write(data)
         raise SimulatedDiskFull(errno.ENOSPC, "No space left on device (simulated halfway through torch.save)")
 
-    torch.save = failing_save
+    torch.save = torch.serialization.save = failing_save
     try:
         yield
     finally:
-        torch.save = real_save
+        torch.save, torch.serialization.save = real_save, real_serialization_save
 
 
 # ------------------------------------------------------------------------------------------- rollback

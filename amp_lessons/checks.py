@@ -249,3 +249,6 @@ from amp_lessons.checks_benchmark import check_time_step  # noqa: E402,F401
 from amp_lessons.checks_formats import check_classify, check_stored_value  # noqa: E402,F401
 from amp_lessons.checks_validation import check_criteria, check_decide, check_judge_trial  # noqa: E402,F401
 from amp_lessons.checks_debugging import check_first_nonfinite_module, check_texture_forward  # noqa: E402,F401
+from amp_lessons.checks_training import check_scheduler_step, check_train_step  # noqa: E402,F401
+from amp_lessons.checks_scaling import check_largest_safe_scale, check_lost_fractions  # noqa: E402,F401
+from amp_lessons.checks_checkpoint import check_resume, check_save_checkpoint  # noqa: E402,F401

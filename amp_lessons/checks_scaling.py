@@ -74,13 +74,13 @@ def _oracle_fractions(grad, dtype, scale):
 
 def _fraction_cases():
     """(description, tensor, dtype, scale) — the order matters only for which failure is reported first."""
-    spread = _log_uniform(4000, -40, 20, seed=1)
-    wide = _log_uniform(4000, -150, 127, seed=2)
+    spread = _log_uniform(1500, -40, 20, seed=1)
+    wide = _log_uniform(1500, -150, 127, seed=2)
     edges = torch.tensor([2.0**-26, 2.0**-25, 1.5 * 2.0**-25, 0.75 * 2.0**-24, 2.0**-24, 3 * 2.0**-24,
                           2.0**-15, 2.0**-14, 0.5, 65504.0, 65510.0, 65519.0, 65520.0, 65536.0, 1e5])
-    negative = -_log_uniform(2000, -40, 20, seed=3, signed=False)
+    negative = -_log_uniform(1000, -40, 20, seed=3, signed=False)
     subnormal_only = torch.tensor([2.0**-24, 2.0**-20, 2.0**-15, -(2.0**-17), 1.25 * 2.0**-24, 2.0**-14 * 0.999])
-    mixed = torch.cat([_log_uniform(1000, -35, 18, seed=4), torch.zeros(500),
+    mixed = torch.cat([_log_uniform(1000, -35, 18, seed=4), torch.zeros(300),
                        torch.tensor([float("inf"), float("-inf"), float("nan")] * 50)])
     huge = torch.tensor([1e5, -1e5, 3e38, -3e38, 1e30, 7e4, -7e4, 1.0])
     cases = [(f"log-uniform gradients 2^-40..2^20, random signs, {_name(F16)}, scale 2^{e}", spread, F16, 2.0**e)
@@ -441,7 +441,7 @@ def _check_scale_value(got, case):
     if got is None:
         return None
     if isinstance(got, bool):
-        stop(f"`largest_safe_scale` returned {got} on {case}; return a number (a power of two) or None.")
+        stop(f"`largest_safe_scale` returned the bool {got} on {case}; return a number (a power of two) or None.")
     value = _as_float(got, "Your result")
     if not math.isfinite(value) or value <= 0:
         stop(f"`largest_safe_scale` returned {value} on {case}; a loss scale is a positive, finite power of two "

@@ -130,10 +130,6 @@ class Log:
     def count(self, name: str) -> int:
         return sum(1 for e in self.events if e["name"] == name)
 
-    def index(self, name: str) -> int:
-        names = self.names()
-        return names.index(name) if name in names else -1
-
 
 class _OutputProbe(torch.autograd.Function):
     """Identity on the model output; its backward is the first to run, so it sees the state backward starts in."""
@@ -665,8 +661,8 @@ class CountingStepLR(torch.optim.lr_scheduler.StepLR):
         return super().step(*args, **kwargs)
 
 
-def _scheduler_rounds():
-    """Drive a real GradScaler through SCHEDULER_PATTERN; yields (iteration, overflowed, scaler, scale_before)."""
+def _scheduler_setup():
+    """A one-weight model, its optimizer and a real GradScaler (init_scale=2**8, growth_interval=2)."""
     weight = nn.Parameter(torch.ones(4))
     optimizer = torch.optim.SGD([weight], lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
@@ -677,7 +673,7 @@ def _scheduler_rounds():
 @checker("03.2 step the scheduler only after real updates")
 def check_scheduler_step(step_scheduler_if_updated):
     """``step_scheduler_if_updated(scaler, scheduler, scale_before) -> bool`` after ``scaler.update()``."""
-    weight, optimizer, scaler, x = _scheduler_rounds()
+    weight, optimizer, scaler, x = _scheduler_setup()
     scheduler = CountingStepLR(optimizer)
     with warnings.catch_warnings(), one_cpu_thread():
         warnings.simplefilter("ignore")  # the 'lr_scheduler.step() before optimizer.step()' warning is the lesson's

@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from amp_lessons.checks import call_learner, checker, failed, passed, stop
-from amp_lessons.validation import Criteria, accuracy, decide
+from amp_lessons.checks import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.validation import Criteria, accuracy, decide, margins
 
 NAN, INF = math.nan, math.inf
 
@@ -33,8 +33,8 @@ _DECIDE_CASES = [
     (_t([[1.0, 0.75, 0.0]]), 0.25, [0],
      "The margin 1.0 - 0.75 = 0.25 is exactly equal to tie_tolerance=0.25: that row must decide (0). Abstain only "
      "when the margin is strictly below the tolerance: use `margin < tie_tolerance`, not `<=`."),
-    (_t([[1.0, 1.0003, 0.5]]), 1e-3, [-1],
-     "Scores [1.0, 1.0003, 0.5] with tie_tolerance=0.001 have margin 0.0003 < 0.001, so the row must abstain "
+    (_t([[1.0, 1.0003]]), 1e-3, [-1],
+     "Scores [1.0, 1.0003] with tie_tolerance=0.001 have margin 0.0003 < 0.001, so the row must abstain "
      "(-1). Does your function use tie_tolerance?"),
     (_t([[5.0, 4.9, 0.0], [0.0, 5.0, 4.9]]), 0.5, [-1, -1],
      "The margin is the top score minus the RUNNER-UP (second largest in the row, e.g. torch.topk(scores, 2)), "
@@ -64,6 +64,16 @@ _DECIDE_CASES = [
 ]
 
 
+def _call_case(fn, args, mistake: str):
+    """Call the learner on one named case; an error there is reported with the case's explanation."""
+    try:
+        return call_learner(fn, *args)
+    except LearnerProblem as problem:
+        if problem.result.status == NOT_DONE:
+            raise
+        stop(f"{mistake}\n{problem.result.message}")
+
+
 def _as_decisions(got, n: int, what: str) -> torch.Tensor:
     if not isinstance(got, torch.Tensor):
         stop(f"decide returned a {type(got).__name__} for {what}; return a LongTensor of shape [N] "
@@ -81,13 +91,19 @@ def _as_decisions(got, n: int, what: str) -> torch.Tensor:
 def check_decide(decide_fn):
     """``decide_fn(scores, tie_tolerance) -> LongTensor [N]`` per the rules of exercise 04.1."""
     for scores, tolerance, expected, mistake in _DECIDE_CASES:
-        original = scores.clone()
+        given = scores.clone()  # the learner gets a copy: the cases must survive an in-place mistake
         what = f"scores {scores.tolist()} ({str(scores.dtype).replace('torch.', '')}), tie_tolerance={tolerance}"
-        got = _as_decisions(call_learner(decide_fn, scores, tolerance), scores.shape[0], what)
-        if not torch.allclose(scores.float(), original.float(), rtol=0, atol=0, equal_nan=True):
+        got = _as_decisions(_call_case(decide_fn, (given, tolerance), mistake), scores.shape[0], what)
+        if not torch.allclose(given.float(), scores.float(), rtol=0, atol=0, equal_nan=True):
             return failed("decide changed the scores tensor it was given (an in-place operation such as "
                           "nan_to_num_ or sort_). Work on a copy or use out-of-place operations.")
         if got.tolist() != expected:
+            wrongly_abstained = [i for i, (g, e) in enumerate(zip(got.tolist(), expected)) if g == -1 and e != -1]
+            row_margins = margins(scores)
+            if any(float(row_margins[i]) == tolerance for i in wrongly_abstained):
+                mistake = (f"A row whose margin is exactly equal to tie_tolerance={tolerance} must decide, not abstain: "
+                           "abstain only when the margin is strictly below the tolerance (`margin < tie_tolerance`, "
+                           "not `<=`). With tie_tolerance=0 an exact tie therefore decides, and goes to the lowest index.")
             return failed(f"{mistake}\nFor {what} you returned {got.tolist()}, expected {expected}.")
     generator = torch.Generator().manual_seed(4)
     for trial in range(30):
@@ -161,47 +177,58 @@ def _crit(**overrides) -> Criteria:
     return Criteria(**base)
 
 
-# (name, reference, trial, labels, criteria, message when a key differs)
+# (name, the key the case is about, reference, trial, labels, criteria, message when that key differs)
 _JUDGE_CASES = [
-    ("identical scores", _t([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]]), _t([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]]), [0, 1],
+    ("identical scores", "passed", _t([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]]), _t([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]]), [0, 1],
      _crit(min_quality=0.5), "Identical reference and trial scores must pass every level."),
-    ("a flip within tolerance", _t([[1.0, 1.0003, 0.0]]), _t([[1.0003, 1.0, 0.0]]), [1], _crit(),
+    ("a flip within tolerance", "decision", _t([[1.0, 1.0003, 0.0]]), _t([[1.0003, 1.0, 0.0]]), [1], _crit(),
      "Every score is within 0.01 of the reference, but the decision changed (class 1 -> class 0). A decision "
      "change must fail 'decision' (and 'passed') even when 'numeric' passes."),
-    ("one change allowed", _t([[1.0, 1.0003, 0.0]]), _t([[1.0003, 1.0, 0.0]]), [1], _crit(allowed_decision_changes=1),
+    ("one change allowed", "decision", _t([[1.0, 1.0003, 0.0]]), _t([[1.0003, 1.0, 0.0]]), [1], _crit(allowed_decision_changes=1),
      "The criteria allow 1 decision change (allowed_decision_changes=1): one changed row must pass 'decision'."),
-    ("difference exactly at the tolerance", _t([[2.0, 0.0]]), _t([[2.5, 0.0]]), [0], _crit(atol=0.25, rtol=0.125),
+    ("difference exactly at the tolerance", "numeric", _t([[2.0, 0.0]]), _t([[2.5, 0.0]]), [0], _crit(atol=0.25, rtol=0.125),
      "|2.5 - 2.0| = 0.5 equals atol + rtol*|ref| = 0.25 + 0.125*2: a difference exactly at the tolerance passes "
      "(use <=, as torch.allclose does)."),
-    ("rtol scales with the reference", _t([[1.0, 0.0]]), _t([[2.0, 0.0]]), [0], _crit(atol=0.0, rtol=0.6),
+    ("rtol scales with the reference", "numeric", _t([[1.0, 0.0]]), _t([[2.0, 0.0]]), [0], _crit(atol=0.0, rtol=0.6),
      "rtol multiplies |reference|, not |trial|: the allowed difference is 0 + 0.6*|1.0| = 0.6 < 1.0, so 'numeric' "
      "fails (with |trial| it would wrongly pass)."),
-    ("a score that went down", _t([[2.0, 0.0]]), _t([[1.0, 0.0]]), [0], _crit(atol=0.5),
+    ("a score that went down", "numeric", _t([[2.0, 0.0]]), _t([[1.0, 0.0]]), [0], _crit(atol=0.5),
      "The trial score 1.0 is 1.0 BELOW the reference 2.0: compare the absolute difference |trial - reference| "
      "with the tolerance."),
-    ("NaN in the trial", _t([[2.0, 0.0], [0.0, 2.0]]), _t([[NAN, 0.0], [0.0, 2.0]]), [0, 1], _crit(),
+    ("NaN in the trial", "numeric", _t([[2.0, 0.0], [0.0, 2.0]]), _t([[NAN, 0.0], [0.0, 2.0]]), [0, 1], _crit(),
      "A NaN score fails 'finite' (policy 'fail') and fails 'numeric' too: NaN compares False with everything, so "
      "`not (diff > tol).any()` lets it through; test `(diff <= tol).all()` instead."),
-    ("inf allowed by policy", _t([[2.0, 0.0], [0.0, 2.0]]), _t([[INF, 0.0], [0.0, 2.0]]), [0, 1],
+    ("inf allowed by policy", "finite", _t([[2.0, 0.0], [0.0, 2.0]]), _t([[INF, 0.0], [0.0, 2.0]]), [0, 1],
      _crit(nonfinite="allow", allowed_decision_changes=1),
      "With nonfinite='allow' a non-finite score does not fail 'finite' (it still fails 'numeric', and its row "
      "decides -1, which is a change)."),
-    ("tie rule from the criteria", _t([[1.0, 0.95]]), _t([[0.95, 1.0]]), [0],
+    ("tie rule from the criteria", "decision", _t([[1.0, 0.95]]), _t([[0.95, 1.0]]), [0],
      _crit(atol=0.1, tie_rule="abstain", tie_tolerance=0.1),
      "Decide with the criteria's tie rule, `decide(scores, criteria.tie_tolerance)`: margins 0.05 < 0.1 make "
      "both rows abstain (-1), so no decision changed."),
-    ("quality ignores unlabelled rows", _t([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0]]), _t([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0]]),
+    ("quality ignores unlabelled rows", "quality", _t([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0]]), _t([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0]]),
      [0, -1, 1], _crit(min_quality=1.0),
      "Label -1 means 'no correct answer': leave those rows out of the accuracy. Here both labelled rows are "
      "right, so quality is 100 % and meets min_quality=1.0."),
-    ("abstaining is not correct", _t([[2.0, 1.95], [0.0, 2.0]]), _t([[2.0, 1.95], [0.0, 2.0]]), [0, 1],
+    ("abstaining is not correct", "quality", _t([[2.0, 1.95], [0.0, 2.0]]), _t([[2.0, 1.95], [0.0, 2.0]]), [0, 1],
      _crit(atol=0.1, tie_rule="abstain", tie_tolerance=0.1, min_quality=0.75),
      "An abstention (-1) is not the right answer: accuracy is 1 of 2 labelled rows = 50 % < 75 %, so 'quality' "
      "fails."),
-    ("no minimum quality", _t([[0.0, 2.0]]), _t([[0.0, 2.0]]), [0], _crit(),
+    ("no minimum quality", "quality", _t([[0.0, 2.0]]), _t([[0.0, 2.0]]), [0], _crit(),
      "With min_quality=None quality is not judged: 'quality' must be True even though the only labelled row is "
      "wrong."),
 ]
+
+
+_KEY_HINTS = {
+    "finite": "'finite' is True when every trial score is finite, or when criteria.nonfinite == 'allow'.",
+    "numeric": "'numeric' is True when abs(trial - reference) <= criteria.atol + criteria.rtol * abs(reference) for "
+               "every score (NaN and inf never satisfy it).",
+    "decision": "'decision' is True when the number of rows whose decide(..., criteria.tie_tolerance) differs between "
+                "reference and trial is at most criteria.allowed_decision_changes.",
+    "quality": "'quality' is True when criteria.min_quality is None; otherwise when the trial's accuracy on the rows "
+               "with label >= 0 (an abstention, -1, counts as wrong) is at least min_quality.",
+}
 
 
 def _oracle(reference, trial, labels, criteria) -> dict:
@@ -240,13 +267,18 @@ def _as_verdict(got, name: str) -> dict:
 @checker("04.3 judge a trial against the criteria")
 def check_judge_trial(judge_trial):
     """``judge_trial(reference, trial, labels, criteria) -> {finite, numeric, decision, quality, passed}``."""
-    for name, reference, trial, labels, criteria, mistake in _JUDGE_CASES:
-        got = _as_verdict(call_learner(judge_trial, reference.clone(), trial.clone(), torch.tensor(labels), criteria), name)
+    for name, target, reference, trial, labels, criteria, mistake in _JUDGE_CASES:
+        args = (reference.clone(), trial.clone(), torch.tensor(labels), criteria)
+        got = _as_verdict(_call_case(judge_trial, args, f"Case '{name}': {mistake}"), name)
         want = _oracle(reference, trial, labels, criteria)
         wrong = [k for k in KEYS[:-1] if got[k] != want[k]]
         if wrong:
             shown = ", ".join(f"'{k}': you said {got[k]}, expected {want[k]}" for k in wrong)
-            return failed(f"Case '{name}': {mistake}\n({shown}.)")
+            explain = mistake if target in wrong else _KEY_HINTS[wrong[0]]
+            return failed(f"Case '{name}': {explain}\n({shown}; reference {reference.tolist()}, trial {trial.tolist()}, "
+                          f"labels {labels}, criteria atol={criteria.atol:g} rtol={criteria.rtol:g} "
+                          f"min_quality={criteria.min_quality} tie_tolerance={criteria.tie_tolerance:g} "
+                          f"allowed_decision_changes={criteria.allowed_decision_changes} nonfinite='{criteria.nonfinite}'.)")
         if got["passed"] != want["passed"]:
             return failed(f"Case '{name}': 'passed' must be True only when all four levels pass (finite, numeric, "
                           f"decision, quality); you said {got['passed']} with {[got[k] for k in KEYS[:-1]]}.")

@@ -224,6 +224,11 @@ class _Recorder:
         for tensor in _tensors(output):
             earlier = self.seen.get(id(tensor))
             if earlier is not None:  # e.g. a Sequential returns its last child's output tensor itself
+                if earlier.finite and not bool(torch.isfinite(tensor.detach()).all()):  # changed in place since
+                    note = "the same tensor as an earlier checkpoint, made non-finite in place by this module"
+                    self.seen[id(tensor)] = self.record(tensor, "forward", "module output", call_name,
+                                                        type(module).__name__, leaf, note)
+                    continue
                 alias = f"also the output of `{call_name}`"
                 earlier.note = f"{earlier.note}; {alias}" if earlier.note else alias
                 continue
@@ -372,7 +377,10 @@ class NonFiniteReport:
         last_ok = f" The last finite checkpoint before it: {before[-1].where} ({before[-1].dtype})." if before else ""
         overflow = bool(first.posinf or first.neginf)
         range_note = ""
-        if overflow and first.dtype == "float16":
+        if overflow and first.dtype == "float16" and first.kind == "module input":
+            range_note = (f" float16 holds at most {FP16_MAX:g}: an inline op produced a value beyond it (what you see "
+                          "may have been divided or reshaped afterwards, but inf stays inf).")
+        elif overflow and first.dtype == "float16":
             largest = "" if math.isnan(first.max_abs) else f" (its largest finite value is {first.max_abs:.6g})"
             range_note = (f" float16 holds at most {FP16_MAX:g}{largest}: values beyond it become inf — an overflow "
                           "caused by the precision, not by the data.")
@@ -684,22 +692,23 @@ def scale_history_table(scales, *, window: int):
         raise ValueError(f"window must be a positive int (steps per row), got {window!r}")
     steps = len(values) - 1
     rows = []
-    grown_before = False
+    skips = [False] + [values[i] < values[i - 1] or values[i] <= 0 for i in range(1, steps + 1)]
+    first_growth = next((i for i in range(1, steps + 1) if values[i] > values[i - 1]), steps + 1)
     for start in range(1, steps + 1, window):
         stop = min(start + window - 1, steps)
-        skipped = sum(1 for i in range(start, stop + 1) if values[i] < values[i - 1] or values[i] <= 0)
+        skipped = sum(skips[start:stop + 1])
         grown = sum(1 for i in range(start, stop + 1) if values[i] > values[i - 1])
         count = stop - start + 1
         rate = skipped / count
+        last_skip = max((i for i in range(start, stop + 1) if skips[i]), default=0)
         if skipped == 0:
             reading = "no skips"
+        elif start == 1 and last_skip < first_growth and not skips[stop]:
+            reading = "calibration: initial scale too large"  # skips at the start, then clean steps
         elif rate >= 0.5:
             reading = "persistent: most updates skipped"
-        elif not grown_before and start == 1:
-            reading = "calibration: initial scale too large"
         else:
             reading = "probing: scale grew, then backed off"
-        grown_before = grown_before or grown > 0
         rows.append({
             "steps": f"{start}-{stop}", "skipped": skipped, "skip rate": round(rate, 3), "scale grew": grown,
             "scale at end": values[stop], "reading": reading,
@@ -750,7 +759,7 @@ def plot_scale_history(histories: dict):
         ax.set_title(f"{label}: {len(skips)} skipped of {len(values) - 1}", fontsize=10)
         ax.set_xlabel("step")
         ax.set_ylabel("log2(loss scale)")
-        ax.legend(fontsize=8, loc="lower left")
+        ax.legend(fontsize=8, loc="best")
     figure.suptitle("GradScaler's scale over a real run (x = update skipped: inf/NaN gradients found)", fontsize=11)
     figure.tight_layout()
     return figure

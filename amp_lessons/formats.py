@@ -399,7 +399,7 @@ def spacing_curve(dtype, points: int = 600, device=None):
 
     fmt = get_format(dtype)
     exponents = torch.linspace(math.log2(fmt.smallest_subnormal), math.log2(fmt.max), points, dtype=torch.float64)
-    x = torch.exp2(exponents).to(fmt.dtype).unique().to(device or "cpu")
+    x = torch.exp2(exponents).to(fmt.dtype).double().unique().to(fmt.dtype).to(device or "cpu")  # exact round trip
     x = x[torch.isfinite(x) & (x > 0) & (x < fmt.max)]
     spacing = (next_up(x).double() - x.double()).cpu()
     x64 = x.double().cpu()

@@ -154,17 +154,6 @@ def sensor_readings(n: int = 512, *, seed: int = 1, in_features: int = 16, class
 # ------------------------------------------------- lesson 05: models that overflow in ONE op under FP16 autocast
 
 
-def _seeded_init(module: nn.Module, seed: int | None) -> None:
-    """Re-initialise ``module``'s parameters from ``seed`` without touching the global random state."""
-    if seed is None:
-        return
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for sub in module.modules():
-            if sub is not module and hasattr(sub, "reset_parameters"):
-                sub.reset_parameters()
-
-
 class ScoreProduct(nn.Module):
     """Attention scores ``q @ k^T`` (no 1/sqrt(d) scaling), as a module of its own so hooks can name it.
 
@@ -188,12 +177,14 @@ class TinyAttentionClassifier(nn.Module):
 
     def __init__(self, features: int = 8, dim: int = 16, classes: int = 3, seed: int | None = None):
         super().__init__()
-        self.query = nn.Linear(features, dim)
-        self.key = nn.Linear(features, dim)
-        self.value = nn.Linear(features, dim)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):  # seed: same weights, global RNG untouched
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.query = nn.Linear(features, dim)
+            self.key = nn.Linear(features, dim)
+            self.value = nn.Linear(features, dim)
+            self.head = nn.Linear(dim, classes)
         self.scores = ScoreProduct()
-        self.head = nn.Linear(dim, classes)
-        _seeded_init(self, seed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.query(x), self.key(x), self.value(x)
@@ -230,9 +221,11 @@ class TextureNet(nn.Module):
 
     def __init__(self, features: int = 8, channels: int = 6, classes: int = 3, seed: int | None = None):
         super().__init__()
-        self.features = nn.Sequential(nn.Linear(features, channels), nn.ReLU())
-        self.head = nn.Linear(channels * channels, classes)
-        _seeded_init(self, seed)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):  # seed: same weights, global RNG untouched
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.features = nn.Sequential(nn.Linear(features, channels), nn.ReLU())
+            self.head = nn.Linear(channels * channels, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.features(x)

@@ -6,6 +6,7 @@ Lessons 05-07 and the checkers reuse ``train_step``; lesson 03 teaches it line b
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -49,6 +50,11 @@ def _total_grad_norm(parameters) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(norms))
 
 
+def _scale_text(scale: float) -> str:
+    exponent = math.log2(scale) if scale > 0 else 0.5
+    return f"2**{int(exponent)}" if exponent.is_integer() else f"{scale:.6g}"
+
+
 def guarded_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torch.float16, max_norm=None,
                        guards=True, allow_overflow_skips=True):
     """``train_step`` with optional diagnostic guards that stop on inf/NaN; returns the unscaled loss.
@@ -86,7 +92,7 @@ def guarded_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dt
             if not (overflow and allow_overflow_skips):
                 raise NonFiniteError(
                     f"non-finite gradients (total norm {total.item()}) in {', '.join(bad) or 'some parameters'} "
-                    f"at loss scale {scaler.get_scale():.6g}"
+                    f"at loss scale {_scale_text(scaler.get_scale())}"
                     + (": with a GradScaler this is an overflow that scaler.step() would skip and update() would "
                        "back off; it is expected while the scale calibrates, alarming if it keeps happening."
                        if overflow else ": without loss scaling this step would write inf/NaN into the weights.")

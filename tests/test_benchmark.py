@@ -400,6 +400,28 @@ def test_synchronize_and_time_loop_on_cpu():
         benchmark.time_loop(step, device="cpu", steps=0)
 
 
+def test_item_overhead_alternates_rounds():
+    log = []
+
+    class Loss:
+        def item(self):
+            log.append("item")
+            return 1.0
+
+    def step():
+        log.append("step")
+        return Loss()
+
+    without, with_item = benchmark.item_overhead(step, device="cpu", steps=2, rounds=2)
+    assert len(without) == len(with_item) == 2
+    # warm-up (step, step+item), then rounds: [step step] [step item step item] [step step] [step item step item]
+    rounds = log[3:]
+    assert rounds == ["step", "step", "step", "item", "step", "item"] * 2
+    short = benchmark.item_overhead(lambda: time.sleep(0.01) or Loss(), device="cpu", steps=1, rounds=50,
+                                    max_seconds=0.001)
+    assert len(short[0]) == 2
+
+
 def test_cpu_threads_restores():
     before = torch.get_num_threads()
     with benchmark.cpu_threads(1):

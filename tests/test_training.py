@@ -11,7 +11,14 @@ from torch import nn
 
 from amp_lessons import autocast_policy, scaler_sim
 from amp_lessons.models import TinyClassifier
-from amp_lessons.training import NonFiniteError, guarded_train_step, train_step
+from amp_lessons.training import NonFiniteError, guarded_train_step, one_cpu_thread, train_step
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny models: one thread is much faster on a busy machine (see one_cpu_thread)."""
+    with one_cpu_thread():
+        yield
 
 
 def make_run(seed=0, init_scale=2.0**10, **scaler_kwargs):
@@ -191,6 +198,13 @@ def test_widget_logic_draws_the_curve():
     assert f"{run.updates} real optimizer updates" in fig.axes[0].get_title()
     plt.close(fig)
     assert np.log2(max(run.scales[-20:])) <= 20  # settles below the overflow limit 65504 * 8 < 2**19
+
+
+def test_one_cpu_thread_restores_the_thread_count():
+    torch.set_num_threads(2)  # the autouse fixture restores the original count afterwards
+    with one_cpu_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2
 
 
 def test_widget_builds_without_a_browser():

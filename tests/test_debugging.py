@@ -1,0 +1,659 @@
+"""Lesson 05: the first-non-finite finder, op-dtype recorder, skipped-update helpers, models and checkers."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from notebook_code import exercise, solution
+from torch import nn
+
+from amp_lessons.checks import NOT_DONE
+from amp_lessons.checks_debugging import _finder_cases, check_first_nonfinite_module, check_texture_forward
+from amp_lessons.debugging import (
+    NonFiniteReport,
+    OpDtypeRecorder,
+    autocast_enabled,
+    find_first_nonfinite,
+    hook_count,
+    one_cpu_thread,
+    plot_checkpoints,
+    plot_scale_history,
+    scale_history_table,
+    skip_verdict,
+    tensor_stats,
+)
+from amp_lessons.models import TextureNet, TinyAttentionClassifier, attention_batch, texture_batch
+
+LESSON = "05_nan_debugging.ipynb"
+
+
+class FP32ScoreProduct(nn.Module):
+    def forward(self, q, k):
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            return q.float() @ k.float().transpose(-2, -1)
+
+
+def _step_parts(model, init_scale=2.0**16):
+    return model, torch.optim.SGD(model.parameters(), lr=1e-3), torch.amp.GradScaler("cpu", init_scale=init_scale)
+
+
+# ----------------------------------------------------------------------------------------------- models
+
+
+def test_attention_model_overflows_in_fp16_only():
+    x, y, loud = attention_batch()
+    model = TinyAttentionClassifier(seed=0)
+    with torch.no_grad():
+        assert torch.isfinite(model(x)).all()
+        scores = model.scores(model.query(x), model.key(x))
+        assert scores.abs().max() > 65504 and torch.isfinite(scores).all()
+        with torch.autocast("cpu", dtype=torch.float16):
+            scores16 = model.scores(model.query(x), model.key(x))
+            assert scores16.dtype == torch.float16 and torch.isinf(scores16).any()
+            assert not torch.isfinite(model(x)).all()
+    over = (scores.abs() > 65504).flatten(1).any(1)
+    assert over.any() and not (over & ~loud).any()
+
+
+def test_models_are_deterministic_and_keep_global_rng():
+    torch.manual_seed(3)
+    before = torch.rand(1)
+    torch.manual_seed(3)
+    a, b = TinyAttentionClassifier(seed=1), TinyAttentionClassifier(seed=1)
+    assert torch.equal(torch.rand(1), before)  # seeded init forks the RNG
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert torch.equal(attention_batch(seed=2)[0], attention_batch(seed=2)[0])
+    with pytest.raises(ValueError):
+        attention_batch(n=0)
+    with pytest.raises(ValueError):
+        texture_batch(classes=1)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_texture_net_overflows_in_fp16_only(seed):
+    model = TextureNet(seed=seed)
+    x, _ = texture_batch(n=8, seed=seed)
+    with torch.no_grad():
+        h = model.features(x)
+        gram = h.transpose(1, 2) @ h
+        assert gram.max() > 65504 and (gram / h.shape[1]).max() < 65504
+        assert torch.isfinite(model(x)).all()
+        with torch.autocast("cpu", dtype=torch.float16):
+            assert not torch.isfinite(model(x)).all()
+
+
+# ----------------------------------------------------------------------------------------------- finder
+
+
+def test_finder_names_the_overflowing_module_output():
+    x, y, _ = attention_batch()
+    model, optimizer, scaler = _step_parts(TinyAttentionClassifier(seed=0))
+    report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, x, y, dtype=torch.float16)
+    assert isinstance(report, NonFiniteReport) and report.found
+    assert report.stage == "forward" and report.name == "scores" and report.dtype == "float16"
+    assert report.first.kind == "module output" and report.first.leaf and report.first.posinf > 0
+    assert [c.name for c in report.before] == ["inputs", "query", "key", "value"]
+    assert all(c.finite for c in report.before)
+    assert report.skipped is True and report.scale_after == report.scale_before / 2
+    assert hook_count(model) == 0
+    assert "scores" in str(report) and "65504" in report.explanation()
+    assert "ScoreProduct" in report._repr_html_()
+    table = report.table()
+    assert list(table.index) == list(range(1, len(report.checkpoints) + 1))
+    assert len(report.table(upto_first=True)) == report.first.order
+
+
+def test_finder_checks_the_data_first():
+    x, y, _ = attention_batch(n=8)
+    x[2, 1, 0] = float("nan")
+    model, optimizer, scaler = _step_parts(TinyAttentionClassifier(seed=0))
+    report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, x, y)
+    assert report.stage == "input" and report.first.kind == "inputs" and report.first.nan == 1
+    assert report.before == [] and "data pipeline" in report.explanation()
+    assert hook_count(model) == 0
+
+
+def test_finder_catches_a_value_computed_between_submodules():
+    model, optimizer, scaler = _step_parts(TextureNet(seed=0))
+    x, y = texture_batch()
+    report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, x, y)
+    assert report.first.kind == "module input" and report.name == "head" and report.dtype == "float16"
+    assert "(model)" in report.first.note and "outside any submodule" in report.first.note
+    assert [c.name for c in report.before] == ["inputs", "features.0", "features.1"]
+
+
+class _InlineTail(nn.Module):
+    """Its own code (after its only child) overflows: the container's output is the first non-finite value."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return h @ torch.full((4, 2), 3e4, device=x.device)
+
+
+def test_finder_blames_a_container_only_after_its_children():
+    torch.manual_seed(0)
+    model, optimizer, scaler = _step_parts(_InlineTail())
+    x, y = torch.randn(5, 4) * 3, torch.randn(5, 2)
+    report = find_first_nonfinite(model, optimizer, scaler, F.mse_loss, x, y)
+    assert report.first.kind == "module output" and report.name == "(model)" and not report.first.leaf
+    assert "own forward code" in report.explanation()
+    assert report.checkpoint("forward", "fc").finite
+
+
+def test_finder_reports_a_nonfinite_loss_and_the_damage_without_scaler():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def broken_loss(outputs, targets):
+        return F.mse_loss(outputs.float(), targets) / 0.0
+
+    report = find_first_nonfinite(model, optimizer, None, broken_loss, torch.randn(4, 3), torch.randn(4, 2))
+    assert report.stage == "loss" and report.first.posinf == 1
+    assert report.skipped is None and not report.scaler_enabled
+    assert report.checkpoints[-1].stage == "update" and not report.checkpoints[-1].finite
+
+
+def test_finite_loss_but_nonfinite_gradient():
+    x, y, _ = attention_batch()
+    model = TinyAttentionClassifier(seed=0)
+    model.scores = FP32ScoreProduct()
+    model, optimizer, scaler = _step_parts(model, init_scale=2.0**20)
+    report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, x, y)
+    assert report.stage == "backward" and math.isfinite(report.loss)
+    assert all(c.finite for c in report.checkpoints if c.stage in ("input", "forward", "loss"))
+    assert report.skipped and "finite loss does not guarantee" in report.explanation()
+    orders = [c.order for c in report.checkpoints]
+    assert orders == sorted(orders)
+    stages = [c.stage for c in report.checkpoints]
+    assert stages.index("backward") > stages.index("loss")
+
+
+def test_all_finite_step_updates_the_model():
+    torch.manual_seed(0)
+    model, optimizer, scaler = _step_parts(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), 2.0**4)
+    before = [p.detach().clone() for p in model.parameters()]
+    report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, torch.randn(6, 3), torch.randint(0, 2, (6,)),
+                                  dtype=torch.bfloat16)
+    assert not report.found and report.first is None and report.stage is None
+    assert report.skipped is False and "Every checkpoint is finite" in str(report)
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    # the Sequential returns its last child's tensor: one checkpoint, noted as also the model's output
+    last = report.checkpoint("forward", "2")
+    assert "also the output of `(model)`" in last.note
+    assert report.checkpoint("forward", "(model)") is None
+
+
+class _Explodes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        self.fc(x)
+        raise RuntimeError("boom inside forward")
+
+
+def test_hooks_are_removed_even_on_error():
+    model, optimizer, scaler = _step_parts(_Explodes())
+    with pytest.raises(RuntimeError, match="boom"):
+        find_first_nonfinite(model, optimizer, scaler, F.mse_loss, torch.randn(2, 3), torch.randn(2, 3))
+    assert hook_count(model) == 0
+
+    model, optimizer, scaler = _step_parts(nn.Linear(3, 3))
+
+    def bad_loss(outputs, targets):
+        raise ValueError("loss broke")
+
+    with pytest.raises(ValueError, match="loss broke"):
+        find_first_nonfinite(model, optimizer, scaler, bad_loss, torch.randn(2, 3), torch.randn(2, 3))
+    assert hook_count(model) == 0
+
+
+def test_finder_rejects_bad_arguments_clearly():
+    model, optimizer, scaler = _step_parts(nn.Linear(3, 3))
+    x = torch.randn(2, 3)
+    with pytest.raises(TypeError, match="nn.Module"):
+        find_first_nonfinite("model", optimizer, scaler, F.mse_loss, x, x)
+    with pytest.raises(TypeError, match="optimizer"):
+        find_first_nonfinite(model, None, scaler, F.mse_loss, x, x)
+    with pytest.raises(TypeError, match="GradScaler"):
+        find_first_nonfinite(model, optimizer, 3, F.mse_loss, x, x)
+    with pytest.raises(TypeError, match="loss_fn"):
+        find_first_nonfinite(model, optimizer, scaler, "mse", x, x)
+    with pytest.raises(TypeError, match="inputs"):
+        find_first_nonfinite(model, optimizer, scaler, F.mse_loss, [1, 2, 3], x)
+    with pytest.raises(ValueError, match="float16 or torch.bfloat16"):
+        find_first_nonfinite(model, optimizer, scaler, F.mse_loss, x, x, dtype=torch.float32)
+    with pytest.raises(TypeError):
+        hook_count("model")
+    with pytest.raises(TypeError):
+        tensor_stats([1.0])
+    with pytest.raises(TypeError):
+        plot_checkpoints("report")
+
+
+def test_custom_step_is_used():
+    calls = []
+
+    def my_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+        calls.append((dtype, max_norm))
+        with torch.autocast(device_type="cpu", dtype=dtype):
+            loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        return loss.detach()
+
+    model, optimizer, scaler = _step_parts(nn.Linear(3, 3))
+    report = find_first_nonfinite(model, optimizer, scaler, F.mse_loss, torch.randn(2, 3), torch.randn(2, 3),
+                                  max_norm=1.0, step=my_step)
+    assert calls == [(torch.float16, 1.0)] and not report.found
+
+
+def test_tensor_stats():
+    stats = tensor_stats(torch.tensor([1.0, -3.0, float("nan"), float("inf"), float("-inf"), float("-inf")]))
+    assert stats == {"nan": 1, "posinf": 1, "neginf": 2, "max_abs": 3.0}
+    assert math.isnan(tensor_stats(torch.tensor([float("nan")]))["max_abs"])
+    assert tensor_stats(torch.tensor([1, -5]))["max_abs"] == 5.0
+
+
+def test_plot_checkpoints_draws_one_bar_per_checkpoint():
+    x, y, _ = attention_batch(n=8)
+    model, optimizer, scaler = _step_parts(TinyAttentionClassifier(seed=0))
+    report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, x, y)
+    figure = plot_checkpoints(report)
+    shown = [c for c in report.checkpoints if c.stage in ("input", "forward", "loss")]
+    assert len(figure.axes[0].patches) == len(shown)
+
+
+# ----------------------------------------------------------------------------------------------- op dtypes
+
+
+def test_op_dtype_recorder_sees_the_precision_each_op_ran_in():
+    model = TinyAttentionClassifier(seed=0)
+    model.scores = FP32ScoreProduct()
+    x, _, _ = attention_batch(n=4)
+    with OpDtypeRecorder("cpu") as ops, torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        out = model(x)
+    assert out.dtype == torch.float16
+    linears = [c for c in ops.calls if c.name == "linear"]
+    assert len(linears) == 4 and all(c.output_dtype == "float16" and c.autocast for c in linears)
+    scores = [c for c in ops.matmuls if c.shape == (4, 12, 12)]
+    assert len(scores) == 1 and scores[0].output_dtype == "float32" and not scores[0].autocast
+    assert {"name", "output_dtype"} <= set(ops.table().columns)
+
+
+# ----------------------------------------------------------------------------------------------- skipped updates
+
+
+def test_scale_history_table_counts_skips_and_reads_them():
+    calibrating = [8.0, 4.0, 2.0, 2.0, 2.0, 4.0, 4.0, 2.0, 2.0, 2.0]
+    table = scale_history_table(calibrating, window=3)
+    assert list(table["steps"]) == ["1-3", "4-6", "7-9"]
+    assert list(table["skipped"]) == [2, 0, 1] and list(table["scale grew"]) == [0, 1, 0]
+    assert table["reading"][0].startswith("calibration") and table["reading"][2].startswith("probing")
+    assert "Healthy" in skip_verdict(table)
+
+    collapsing = [2.0 ** (16 - i) for i in range(12)] + [0.0, 0.0]
+    table = scale_history_table(collapsing, window=5)
+    assert int(table["skipped"].sum()) == 13  # a scale stuck at 0 still counts as skipping
+    assert all(r.startswith("persistent") for r in table["reading"])
+    assert skip_verdict(table).startswith("PROBLEM")
+
+    assert skip_verdict(scale_history_table([4.0] * 6, window=5)) == "Healthy: no update was skipped."
+    with pytest.raises(ValueError):
+        scale_history_table([1.0], window=2)
+    with pytest.raises(ValueError):
+        scale_history_table([1.0, 2.0], window=0)
+    with pytest.raises(ValueError):
+        skip_verdict(None)
+
+
+def test_a_real_run_separates_healthy_from_broken():
+    x, y, _ = attention_batch(n=32)
+    from amp_lessons.training import train_step
+
+    histories = {}
+    for name, fix in (("fixed", True), ("broken", False)):
+        model = TinyAttentionClassifier(seed=0)
+        if fix:
+            model.scores = FP32ScoreProduct()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cpu", growth_interval=10)
+        scales = [scaler.get_scale()]
+        with one_cpu_thread():
+            for _ in range(40):
+                train_step(model, optimizer, scaler, F.cross_entropy, x, y, dtype=torch.float16)
+                scales.append(scaler.get_scale())
+        histories[name] = scales
+    assert skip_verdict(scale_history_table(histories["fixed"], window=10)).startswith("Healthy")
+    assert skip_verdict(scale_history_table(histories["broken"], window=10)).startswith("PROBLEM")
+    figure = plot_scale_history(histories)
+    assert len(figure.axes) == 2
+    with pytest.raises(TypeError):
+        plot_scale_history([1, 2])
+
+
+def test_one_cpu_thread_restores():
+    before = torch.get_num_threads()
+    with one_cpu_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+# ----------------------------------------------------------------------------------------------- checker 05.1
+
+
+def test_finder_cases_overflow_only_in_fp16():
+    from amp_lessons.checks_debugging import _first, _outputs_in_finish_order
+
+    for label, model, inputs, expected in _finder_cases():
+        assert _first(_outputs_in_finish_order(model, inputs, torch.float16)) == expected, label
+        assert _first(_outputs_in_finish_order(model, inputs, torch.float16, autocast=False)) is None, label
+
+
+def test_finder_solution_passes():
+    result = check_first_nonfinite_module(solution(LESSON, "first_nonfinite_module"))
+    assert result.passed, result.message
+
+
+def test_finder_exercise_is_not_done():
+    assert check_first_nonfinite_module(exercise(LESSON, "first_nonfinite_module")).status == NOT_DONE
+
+
+def _hooked_run(model, inputs, dtype, *, names=None, autocast=True, remove=True):
+    """Record (name, output) in finish order, the way learners write it (helper for the wrong answers)."""
+    seen = []
+    pairs = names if names is not None else list(model.named_modules())
+    handles = [m.register_forward_hook(lambda mod, a, out, n=n: seen.append((n, out))) for n, m in pairs]
+    try:
+        with torch.no_grad(), torch.autocast(device_type="cpu", dtype=dtype, enabled=autocast):
+            model(inputs)
+    finally:
+        if remove:
+            for handle in handles:
+                handle.remove()
+    return seen
+
+
+def _first_bad(seen, test=lambda t: not torch.isfinite(t).all()):
+    return next((n for n, out in seen if test(out)), None)
+
+
+def finder_without_autocast(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype, autocast=False))
+
+
+def finder_last(model, inputs, dtype):
+    bad = [n for n, out in _hooked_run(model, inputs, dtype) if not torch.isfinite(out).all()]
+    return bad[-1] if bad else None
+
+
+def finder_nan_only(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype), test=lambda t: torch.isnan(t).any())
+
+
+def finder_top_level(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype, names=list(model.named_children())))
+
+
+def finder_definition_order(model, inputs, dtype):
+    outputs = dict(_hooked_run(model, inputs, dtype))
+    return next((n for n, _ in model.named_modules() if n and not torch.isfinite(outputs[n]).all()), None)
+
+
+def finder_definition_order_with_root(model, inputs, dtype):
+    outputs = dict(_hooked_run(model, inputs, dtype))
+    return next((n for n, _ in model.named_modules() if not torch.isfinite(outputs[n]).all()), None)
+
+
+def finder_keeps_hooks(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype, remove=False))
+
+
+def finder_halves_the_model(model, inputs, dtype):
+    model.half()
+    seen = _hooked_run(model, inputs.half(), dtype, autocast=False)
+    return _first_bad(seen)
+
+
+def finder_returns_module(model, inputs, dtype):
+    name = _first_bad(_hooked_run(model, inputs, dtype))
+    return None if name is None else model.get_submodule(name)
+
+
+def finder_empty_string_when_finite(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype)) or ""
+
+
+@pytest.mark.parametrize(
+    "wrong, expected",
+    [
+        (finder_without_autocast, "without autocast"),
+        (finder_last, "LAST module"),
+        (finder_nan_only, "NaN only"),
+        (finder_top_level, "top-level children"),
+        (finder_definition_order, "order they are DEFINED"),
+        (finder_definition_order_with_root, "the model itself"),
+        (finder_keeps_hooks, "left 6 hook(s)"),
+        (finder_halves_the_model, "changed the model"),
+        (finder_returns_module, "returned a module object"),
+        (finder_empty_string_when_finite, "the answer is None"),
+    ],
+)
+def test_finder_wrong_answers_are_named(wrong, expected):
+    result = check_first_nonfinite_module(wrong)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+def _raises(model, inputs, dtype):
+    raise KeyError("oops")
+
+
+@pytest.mark.parametrize(
+    "junk, expected",
+    [
+        (None, "got None"),
+        ("first_nonfinite_module", "got a str"),
+        (lambda model: None, "signature"),
+        (_raises, "KeyError"),
+        (lambda model, inputs, dtype: float("nan"), "returned a float"),
+        (lambda model, inputs, dtype: 3, "returned a int"),
+        (lambda model, inputs, dtype: "no such module", "you returned 'no such module'"),
+    ],
+)
+def test_finder_checker_never_raises_on_junk(junk, expected):
+    result = check_first_nonfinite_module(junk)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+# ----------------------------------------------------------------------------------------------- checker 05.2
+
+
+def test_texture_solution_passes():
+    result = check_texture_forward(solution(LESSON, "texture_forward"))
+    assert result.passed, result.message
+
+
+def test_texture_exercise_is_not_done():
+    assert check_texture_forward(exercise(LESSON, "texture_forward")).status == NOT_DONE
+
+
+def texture_unfixed(model, x):
+    h = model.features(x)
+    return model.head((h.transpose(1, 2) @ h / h.shape[1]).flatten(1))
+
+
+def texture_everything_fp32(model, x):
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        h = model.features(x.float())
+        gram = h.transpose(1, 2) @ h / h.shape[1]
+        return model.head(gram.flatten(1))
+
+
+def texture_forgot_cast(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.transpose(1, 2) @ h
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_cast_one_side(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.float().transpose(1, 2) @ h
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_nan_to_num(model, x):
+    h = model.features(x)
+    gram = torch.nan_to_num(h.transpose(1, 2) @ h)
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_clamp(model, x):
+    h = model.features(x)
+    gram = (h.transpose(1, 2) @ h).clamp(max=65504)
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_wrong_op(model, x):
+    h = model.features(x)
+    gram = h.transpose(1, 2) @ h / h.shape[1]
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return model.head(gram.float().flatten(1))
+
+
+def texture_cast_after(model, x):
+    h = model.features(x)
+    gram = (h.transpose(1, 2) @ h).float()
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_bfloat16(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+        gram = h.transpose(1, 2) @ h
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_prescaled(model, x):
+    h = model.features(x) / h_scale(x)
+    return model.head((h.transpose(1, 2) @ h).flatten(1))
+
+
+def h_scale(x):
+    return x.shape[1] ** 0.5
+
+
+def texture_too_wide(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.float().transpose(1, 2) @ h.float()
+        return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_forgot_division(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.float().transpose(1, 2) @ h.float()
+    return model.head(gram.flatten(1))
+
+
+def texture_returns_gram(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return h.float().transpose(1, 2) @ h.float()
+
+
+def texture_switches_autocast_off(model, x):
+    try:
+        torch.set_autocast_enabled("cpu", False)
+    except TypeError:  # torch < 2.4
+        torch.set_autocast_cpu_enabled(False)
+    return texture_too_wide(model, x)
+
+
+@pytest.mark.parametrize(
+    "wrong, expected",
+    [
+        (texture_unfixed, "Nothing was fixed"),
+        (texture_everything_fp32, "whole forward ran in float32"),
+        (texture_forgot_cast, "inputs are still float16"),
+        (texture_cast_one_side, "Cast BOTH operands"),
+        (texture_nan_to_num, "(nan_to_num)"),
+        (texture_clamp, "(clamp)"),
+        (texture_wrong_op, "wrong op"),
+        (texture_cast_after, "AFTER the product"),
+        (texture_bfloat16, "bfloat16"),
+        (texture_prescaled, "rescale"),
+        (texture_too_wide, "wider than needed"),
+        (texture_forgot_division, "does not reproduce TextureNet.forward"),
+        (texture_returns_gram, "returned shape"),
+        (texture_switches_autocast_off, "switched off for the caller"),
+    ],
+)
+def test_texture_wrong_answers_are_named(wrong, expected):
+    result = check_texture_forward(wrong)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+def _texture_raises(model, x):
+    return model.nonexistent(x)
+
+
+@pytest.mark.parametrize(
+    "junk, expected",
+    [
+        (None, "got None"),
+        (42, "got a int"),
+        (lambda model: 1, "signature"),
+        (_texture_raises, "AttributeError"),
+        (lambda model, x: None, "returned a NoneType"),
+        (lambda model, x: float("nan"), "returned a float"),
+        (lambda model, x: torch.full((8, 3), float("nan")), "does not reproduce"),
+        (lambda model, x: torch.zeros(8, 3, dtype=torch.int64), "does not reproduce"),
+        (lambda model, x: torch.zeros(2), "returned shape"),
+    ],
+)
+def test_texture_checker_never_raises_on_junk(junk, expected):
+    result = check_texture_forward(junk)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+def test_checkers_leave_autocast_off():
+    check_texture_forward(texture_switches_autocast_off)
+    check_first_nonfinite_module(finder_without_autocast)
+    assert not autocast_enabled("cpu")
+
+
+class _InPlaceOverflow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class _ExpInPlace(nn.Module):
+    def forward(self, x):
+        return x.mul_(1e30)
+
+
+def test_finder_sees_a_tensor_made_nonfinite_in_place():
+    torch.manual_seed(0)
+    model = nn.Sequential(_InPlaceOverflow(), _ExpInPlace())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = find_first_nonfinite(model, optimizer, None, lambda out, t: out.float().sum(), torch.randn(2, 3) * 1e10,
+                                  None, dtype=torch.bfloat16)
+    assert report.name == "1" and "in place" in report.first.note
+    assert report.checkpoint("forward", "0").finite
