@@ -28,6 +28,7 @@ import hashlib
 import html
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, fields
 
 import pandas as pd
@@ -98,7 +99,7 @@ def as_scores(scores, name: str = "scores", *, allow_empty: bool = True) -> torc
 
 
 def _check_tolerance(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number (a float such as 1e-3); got {type(value).__name__}.")
     value = float(value)
     if math.isnan(value) or value < 0 or math.isinf(value):

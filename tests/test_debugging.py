@@ -635,23 +635,14 @@ def test_checkers_leave_autocast_off():
     assert not autocast_enabled("cpu")
 
 
-class _InPlaceOverflow(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(3, 3)
-
-    def forward(self, x):
-        return self.fc(x)
-
-
-class _ExpInPlace(nn.Module):
+class _ScaleInPlace(nn.Module):
     def forward(self, x):
         return x.mul_(1e30)
 
 
 def test_finder_sees_a_tensor_made_nonfinite_in_place():
     torch.manual_seed(0)
-    model = nn.Sequential(_InPlaceOverflow(), _ExpInPlace())
+    model = nn.Sequential(nn.Linear(3, 3), _ScaleInPlace())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     report = find_first_nonfinite(model, optimizer, None, lambda out, t: out.float().sum(), torch.randn(2, 3) * 1e10,
                                   None, dtype=torch.bfloat16)

@@ -12,6 +12,7 @@ from torch import nn
 
 from amp_lessons.checks import NOT_DONE
 from amp_lessons.checks_scaling import check_largest_safe_scale, check_lost_fractions
+from amp_lessons.environment import probe_autocast
 from amp_lessons.models import DeepSigmoidMLP, OutlierFeatureMLP
 from amp_lessons.scaling import (
     ActivationGradients,
@@ -128,6 +129,11 @@ def test_activation_gradients_are_recorded_and_hooks_removed():
         ActivationGradients("model")
 
 
+CPU_FP16_AUTOCAST = pytest.mark.skipif(not probe_autocast(torch.device("cpu"), torch.float16)[0],
+                                       reason="this torch build has no FP16 autocast on the CPU")
+
+
+@CPU_FP16_AUTOCAST
 def test_autocast_fp16_activation_gradients_are_fp16_and_scaling_brings_them_back():
     model = DeepSigmoidMLP()
     x, y = DeepSigmoidMLP.example_batch()
@@ -152,6 +158,7 @@ def test_loss_scaling_by_a_power_of_two_is_exact_in_fp32(grads):
         assert torch.equal(scaled[name] / 2.0**16, grads[name])
 
 
+@CPU_FP16_AUTOCAST
 def test_outlier_model_is_fine_in_bf16_and_nan_in_fp16():
     model = OutlierFeatureMLP()
     x, y = OutlierFeatureMLP.example_batch()

@@ -647,9 +647,12 @@ def test_checks_are_fast():
 
     for check, fn in ((check_decide, decide_solution()), (check_judge_trial, judge_solution()),
                       (check_criteria, solution(LESSON, "make_criteria"))):
-        start = time.perf_counter()
-        assert check(fn).passed
-        assert time.perf_counter() - start < 2.0
+        times = []
+        for _ in range(2):  # the better of two runs: a shared CI machine can stall one of them
+            start = time.perf_counter()
+            assert check(fn).passed
+            times.append(time.perf_counter() - start)
+        assert min(times) < 2.0, (check.__name__, times)
 
 
 def test_report_type():
