@@ -60,6 +60,7 @@ __all__ = [
     "Trigger",
     "Watchdog",
     "atomic_torch_save",
+    "bitwise_report",
     "capture_rng",
     "describe_checkpoint",
     "load_checkpoint",
@@ -600,6 +601,55 @@ def describe_checkpoint(path):
     table = pd.DataFrame(rows, columns=["section", "contents", "bytes"]).set_index("section")
     table.attrs["file bytes"] = os.path.getsize(path)
     return table
+
+
+def bitwise_report(reference, resumed, reference_losses, resumed_losses):
+    """Compare two runs bit for bit: ``reference``/``resumed`` are ``(model, optimizer, scaler)`` triples.
+
+    One row per model parameter/buffer, then the optimizer state, the GradScaler state and the losses, each with
+    ``torch.equal`` (bitwise, no tolerance) and the largest absolute difference. Losses are ``{step: loss}``
+    dicts or lists in step order.
+    """
+    import pandas as pd
+
+    (model_a, optimizer_a, scaler_a), (model_b, optimizer_b, scaler_b) = reference, resumed
+    rows = []
+
+    def row(what, a, b):
+        a, b = a.detach().cpu(), b.detach().cpu()
+        same = a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+        if a.shape != b.shape:
+            diff = math.nan
+        elif a.is_floating_point():
+            diff = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+        else:
+            diff = float((a.long() - b.long()).abs().max()) if a.numel() else 0.0
+        rows.append((what, "x".join(map(str, a.shape)) or "scalar", same, diff))
+
+    state_b = model_b.state_dict()
+    for name, tensor in model_a.state_dict().items():
+        row(f"model: {name}", tensor, state_b[name])
+    opt_a, opt_b = optimizer_a.state_dict()["state"], optimizer_b.state_dict()["state"]
+    for index in sorted(set(opt_a) | set(opt_b)):
+        for key in sorted(set(opt_a.get(index, {})) | set(opt_b.get(index, {}))):
+            a, b = opt_a.get(index, {}).get(key), opt_b.get(index, {}).get(key)
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+                row(f"optimizer: param {index} {key}", a, b)
+            else:
+                rows.append((f"optimizer: param {index} {key}", "missing", False, math.nan))
+    scale_a, scale_b = scaler_a.state_dict(), scaler_b.state_dict()
+    rows.append(("GradScaler state", f"scale {scale_a.get('scale')} vs {scale_b.get('scale')}", scale_a == scale_b,
+                 abs(scale_a.get("scale", 0) - scale_b.get("scale", 0))))
+    def as_list(losses):
+        return [losses[k] for k in sorted(losses)] if isinstance(losses, Mapping) else list(losses)
+
+    la, lb = as_list(reference_losses), as_list(resumed_losses)
+    if len(la) == len(lb) and la:
+        row(f"losses ({len(la)} steps)", torch.stack([torch.as_tensor(v).float() for v in la]),
+            torch.stack([torch.as_tensor(v).float() for v in lb]))
+    else:
+        rows.append(("losses", f"{len(la)} vs {len(lb)} steps", False, math.nan))
+    return pd.DataFrame(rows, columns=["compared", "shape", "torch.equal", "max |difference|"])
 
 
 def state_fingerprint(model, optimizer, scaler) -> str:

@@ -59,7 +59,7 @@ class _InlineMatmul(nn.Module):
     def __init__(self):
         super().__init__()
         self.a = nn.Linear(4, 8)
-        self.mix = nn.Parameter(torch.full((8, 8), 300.0))
+        self.mix = nn.Parameter(torch.full((8, 8), 2000.0))
         self.b = nn.Linear(8, 2)
 
     def forward(self, x):
@@ -67,24 +67,34 @@ class _InlineMatmul(nn.Module):
 
 
 def _finder_cases():
-    """(label, model, inputs, expected answer): every overflow is float16-only (finite in float32)."""
+    """(label, model, inputs, expected answer); every overflow is float16-only (finite in float32)."""
+
+    def build(seed, factory):
+        torch.manual_seed(seed)
+        return factory()
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
         big = torch.randn(6, 4) * 40
         quiet = torch.randn(6, 4)
+        poisoned = quiet.clone()
+        poisoned[2, 1] = float("nan")
+        signs = torch.sign(torch.randn(8, 4))
 
-        sequential = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-        nested = _Nested()
-        backwards = _DefinedBackwards()
-        inf_then_nan = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
-        inline = _InlineMatmul()
-        calm = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        sequential = build(1, lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(),
+                                                    nn.Linear(8, 2)))
+        nested = build(2, _Nested)
+        backwards = build(3, _DefinedBackwards)
+        inf_then_nan = build(4, lambda: nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4), nn.Linear(4, 2)))
+        inline = build(5, _InlineMatmul)
+        calm = build(6, lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
         with torch.no_grad():
-            sequential[2].weight.fill_(600.0)
+            sequential[2].weight.fill_(2000.0)
             nested.block.fc2.weight.fill_(2000.0)
-            backwards.early.weight.copy_(torch.sign(torch.randn(8, 4)) * 800.0)
-            inf_then_nan[0].weight.copy_(torch.sign(torch.randn(8, 4)) * 800.0)
-            inf_then_nan[1].weight.copy_(torch.tensor([1.0, -1.0]).repeat(2, 4))
+            backwards.early.weight.copy_(signs * 800.0)
+            inf_then_nan[0].weight.copy_(signs * 800.0)
+            inf_then_nan[1].weight.copy_(torch.tensor([1.0, -1.0]).repeat(4, 4))
+            inline.mix.fill_(2000.0)
     return [
         ("a Sequential whose 3rd layer overflows", sequential, big, "2"),
         ("a model with a nested block", nested, big, "block.fc2"),
@@ -92,6 +102,7 @@ def _finder_cases():
         ("a layer that gives +-inf, followed by one that turns it into NaN", inf_then_nan, big, "0"),
         ("a container whose own inline matmul overflows", inline, big, "b"),
         ("a model that stays finite", calm, quiet, None),
+        ("a batch that already holds a NaN", calm, poisoned, "0"),
     ]
 
 
@@ -120,7 +131,9 @@ def _first(pairs, test=lambda t: not bool(torch.isfinite(t).all())):
 
 
 def _last(pairs):
-    bad = [name for name, out in pairs if isinstance(out, torch.Tensor) and not bool(torch.isfinite(out).all())]
+    """The last non-finite output of a submodule (the model itself, '', is handled on its own)."""
+    bad = [name for name, out in pairs
+           if name and isinstance(out, torch.Tensor) and not bool(torch.isfinite(out).all())]
     return bad[-1] if bad else None
 
 
@@ -139,6 +152,7 @@ def _mistake_answers(model, inputs, dtype):
         "no autocast": _first(_outputs_in_finish_order(model, inputs, dtype, autocast=False)),
         "last": _last(every),
         "nan only": _first(every, test=lambda t: bool(torch.isnan(t).any())),
+        "inf only": _first(every, test=lambda t: bool(torch.isinf(t).any())),
         "top level": _first(_outputs_in_finish_order(model, inputs, dtype, top_only=True)),
         "definition order": _definition_order(model, every),
     }
@@ -158,6 +172,10 @@ _FINDER_MISTAKES = {
     "nan only": (
         "You looked for NaN only. An overflow produces +-inf first; NaN appears a layer later (inf - inf, "
         "0 * inf). Test with `torch.isfinite(output).all()`, which catches both."
+    ),
+    "inf only": (
+        "You looked for inf only, so a NaN (here one that was already in the batch) went unnoticed. Test with "
+        "`torch.isfinite(output).all()`, which catches inf and NaN."
     ),
     "top level": (
         "You only watched the top-level children (model.children()), so you named the block that contains the "
@@ -205,8 +223,16 @@ def check_first_nonfinite_module(first_nonfinite_module):
             wrong.append((label, got, expected, _mistake_answers(model, inputs, dtype)))
     if not wrong:
         return passed(
-            "You named the first non-finite module on all six models: inside blocks, in the order modules run, "
+            "You named the first non-finite module on all seven cases: inside blocks, in the order modules run, "
             "inf as well as NaN, None when everything is finite, and your hooks are gone afterwards."
+        )
+    if all(got == "" for _, got, expected, _ in wrong if expected is not None) and any(e for _, _, e, _ in wrong):
+        return failed(
+            "You returned '' — the model itself. Its forward hook fires LAST, after every submodule, and its output is "
+            "non-finite as soon as anything inside is. Either you kept the last name your hooks saw (keep the first), "
+            "or you scanned `model.named_modules()`, which lists the model itself first (record names in the hooks, "
+            "in the order they fire).",
+            [f"{lbl}: you returned {g!r}, the first non-finite module is {e!r}" for lbl, g, e, _ in wrong],
         )
     for mistake, message in _FINDER_MISTAKES.items():
         if all(got == answers[mistake] for _, got, _, answers in wrong):
@@ -271,7 +297,9 @@ def _run_learner(fn, model, x, *, autocast: bool):
             still_on = autocast_enabled("cpu")
     except LearnerProblem as problem:
         message = problem.result.message
-        if problem.result.status == FAILED and "dtype" in message.lower():
+        if problem.result.status == FAILED and any(c.output_dtype == "bfloat16" for c in recorder.matmuls):
+            problem.result.message = _BF16_MESSAGE + "\n(" + message + ")"
+        elif problem.result.status == FAILED and "dtype" in message.lower():
             problem.result.message = (
                 "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a float16 "
                 "operand meet in one matmul. Cast BOTH operands with .float() inside the block.\n" + message

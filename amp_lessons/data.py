@@ -25,6 +25,7 @@ the model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -215,8 +216,12 @@ def _reference_set() -> ReferenceSet:
 
 
 def reference_set() -> ReferenceSet:
-    """The fixed reference set of lesson 04 (same samples on every call and every machine)."""
-    return _reference_set()
+    """The fixed reference set of lesson 04 (same samples on every call and every machine).
+
+    Each call returns its own copy of the tensors, so an in-place edit in a notebook cannot change the set.
+    """
+    cached = _reference_set()
+    return dataclasses.replace(cached, inputs=cached.inputs.clone(), labels=cached.labels.clone())
 
 
 # ---------------------------------------------------------------------------------------------- regression

@@ -19,6 +19,7 @@ threshold, so rounding at both ends is exactly what the hardware does.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -155,9 +156,8 @@ def style_table(table):
 
 
 def _check_exponent(exponent) -> int:
-    if isinstance(exponent, bool) or not isinstance(exponent, (int,)) and not (
-        isinstance(exponent, float) and exponent.is_integer()
-    ):
+    whole = isinstance(exponent, numbers.Integral) or (isinstance(exponent, float) and exponent.is_integer())
+    if isinstance(exponent, bool) or not whole:
         raise TypeError(f"exponent must be an integer (the scale is 2**exponent), not {exponent!r}")
     exponent = int(exponent)
     if not -64 <= exponent <= 64:
@@ -316,13 +316,13 @@ def plot_magnitudes(groups: dict, exponent: int = 0, ax=None, dtype: torch.dtype
               (high, f"max {info.max:.6g}"))
     for position, text in labels:
         ax.axvline(position, color="k", ls="--", lw=1)
-        ax.text(position, 0.98, " " + text, rotation=90, va="top", ha="right", fontsize=7,
+        ax.text(position, 0.03, text + " ", rotation=90, va="bottom", ha="right", fontsize=7,
                 transform=ax.get_xaxis_transform())
     ax.set_xlabel(f"log2 |gradient × 2^{exponent}|   (1-octave bins)")
     ax.set_ylabel("count")
     ax.set_title(f"Scale 2^{exponent}: red → 0 or inf in {dtype_name(dtype)}, orange → subnormal, green → normal",
                  fontsize=10)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
     if own_figure:  # a caller that passed ``ax`` lays out its own figure, once
         fig.tight_layout()
     return fig
