@@ -630,13 +630,18 @@ def bitwise_report(reference, resumed, reference_losses, resumed_losses):
     for name, tensor in model_a.state_dict().items():
         row(f"model: {name}", tensor, state_b[name])
     opt_a, opt_b = optimizer_a.state_dict()["state"], optimizer_b.state_dict()["state"]
-    for index in sorted(set(opt_a) | set(opt_b)):
-        for key in sorted(set(opt_a.get(index, {})) | set(opt_b.get(index, {}))):
-            a, b = opt_a.get(index, {}).get(key), opt_b.get(index, {}).get(key)
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-                row(f"optimizer: param {index} {key}", a, b)
-            else:
-                rows.append((f"optimizer: param {index} {key}", "missing", False, math.nan))
+    keys = sorted({key for state in list(opt_a.values()) + list(opt_b.values()) for key in state})
+    for key in keys:  # one row per kind of optimizer state (e.g. exp_avg), over all parameters
+        pairs = [(opt_a.get(i, {}).get(key), opt_b.get(i, {}).get(key)) for i in sorted(set(opt_a) | set(opt_b))]
+        complete = all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) for a, b in pairs)
+        if complete and all(a.shape == b.shape for a, b in pairs):
+            flat_a = torch.cat([a.detach().cpu().double().reshape(-1) for a, _ in pairs])
+            flat_b = torch.cat([b.detach().cpu().double().reshape(-1) for _, b in pairs])
+            same = all(a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu()) for a, b in pairs)
+            diff = float((flat_a - flat_b).abs().max()) if flat_a.numel() else 0.0
+            rows.append((f"optimizer: {key}", f"{len(pairs)} tensors", same, diff))
+        else:
+            rows.append((f"optimizer: {key}", "missing on one side", False, math.nan))
     scale_a, scale_b = scaler_a.state_dict(), scaler_b.state_dict()
     rows.append(("GradScaler state", f"scale {scale_a.get('scale')} vs {scale_b.get('scale')}", scale_a == scale_b,
                  abs(scale_a.get("scale", 0) - scale_b.get("scale", 0))))

@@ -271,6 +271,21 @@ def test_describe_checkpoint(trained):
     assert "scale=" in table.loc["scaler", "contents"]
 
 
+def test_bitwise_report(trained):
+    path, model, opt, scaler = trained
+    model2, opt2, scaler2 = fresh(seed=5)
+    ck.load_checkpoint(path, model2, opt2, scaler2)
+    report = ck.bitwise_report((model, opt, scaler), (model2, opt2, scaler2), [torch.tensor(1.0)], [torch.tensor(1.0)])
+    assert report["torch.equal"].all() and (report["max |difference|"] == 0).all()
+    assert {"model: head.weight", "optimizer: exp_avg", "GradScaler state", "losses (1 steps)"} <= set(report["compared"])
+    with torch.no_grad():
+        model2.head.weight[0, 0] += 1e-3
+    report = ck.bitwise_report((model, opt, scaler), (model2, opt2, torch.amp.GradScaler("cpu")), {0: torch.tensor(1.0)},
+                               {0: torch.tensor(2.0)})
+    failing = set(report.loc[~report["torch.equal"], "compared"])
+    assert failing == {"model: head.weight", "GradScaler state", "losses (1 steps)"}
+
+
 def test_fp32_region_really_runs_in_fp32():
     model = SensorClassifier(dropout=0.0).eval()
     x = sensor_readings(8)[0]
