@@ -250,6 +250,18 @@ def restore_rng(state: dict) -> list[str]:
 # ----------------------------------------------------------------------------------------------- save
 
 
+def _give_usual_permissions(temporary: str, path: str) -> None:
+    """mkstemp creates files readable by their owner only; give the checkpoint the mode a plain open() would."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    with contextlib.suppress(OSError):
+        os.chmod(temporary, mode)
+
+
 def atomic_torch_save(payload, path) -> str:
     """``torch.save`` to a temporary file next to ``path``, flush it to disk, then ``os.replace`` it over ``path``.
 
@@ -262,6 +274,7 @@ def atomic_torch_save(payload, path) -> str:
         raise FileNotFoundError(f"The folder {folder} does not exist; create it first (os.makedirs(folder, exist_ok=True)).")
     descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        _give_usual_permissions(temporary, path)
         with os.fdopen(descriptor, "wb") as handle:
             torch.save(payload, handle)
             handle.flush()
@@ -537,7 +550,8 @@ def load_checkpoint(path, model, optimizer, scaler, *, config=None, allow_policy
         if "rng" in parts:
             problems += _validate_rng(payload.get("rng"))
     if problems:
-        raise CheckpointError(f"{path} does not match this run; nothing was changed:\n  - " + "\n  - ".join(problems))
+        shown = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
+        raise CheckpointError(f"{path} does not match this run; nothing was changed:\n  - " + "\n  - ".join(shown))
     changes = config_changes(saved_config, config) if config is not None else []
     if changes and not allow_policy_change:
         raise CheckpointError(

@@ -212,9 +212,9 @@ def _save_problem_from_files(folder, cwd, path, before: dict):
     if changed:
         gone = [n for n in changed if n not in after]
         return failed(
-            f"save_checkpoint {'removed' if gone else 'modified'} {changed}, file(s) that were already in the folder "
-            "(a fixed temporary name such as tmp.pt overwrites any file of that name). A checkpoint save must touch "
-            "only its own file: give the temporary file a fresh unique name "
+            f"save_checkpoint {'removed' if gone else 'modified'} {changed}, file(s) that were already in the folder"
+            + (" (a fixed temporary name such as tmp.pt overwrites any file of that name)" if "tmp.pt" in changed else "")
+            + ". A checkpoint save must touch only its own file: give the temporary file a fresh unique name "
             "(tempfile.mkstemp(dir=folder) or NamedTemporaryFile(dir=folder, delete=False)) and delete nothing else."
         )
     if name not in after:

@@ -371,7 +371,8 @@ def _payload(model, optimizer, scaler, step, config, numpy_raw=False):
         "scaler": scaler.state_dict(),
         "rng": {"python": [version, list(internal), gauss],
                 "numpy": list(numpy_state) if numpy_raw else [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
-                "torch": torch.get_rng_state()},
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
 
 
@@ -477,7 +478,7 @@ def test_save_check_names_leftover_temp_file_after_failure():
 # Wrong answers for 06.2 ----------------------------------------------------------------------------------
 
 
-def make_load(*, model=True, optimizer=True, scaler=True, rng=("python", "numpy", "torch"), step=None,
+def make_load(*, model=True, optimizer=True, scaler=True, rng=("python", "numpy", "torch", "cuda"), step=None,
               config=True, weights_only=True, pair=True, eval_mode=False):
     def load_checkpoint(path, model_, optimizer_, scaler_):
         kwargs = {} if weights_only is None else {"weights_only": weights_only}
@@ -498,6 +499,8 @@ def make_load(*, model=True, optimizer=True, scaler=True, rng=("python", "numpy"
             np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
         if "torch" in rng:
             torch.set_rng_state(payload["rng"]["torch"])
+        if "cuda" in rng and payload["rng"]["cuda"]:
+            torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         if eval_mode:
             model_.eval()
         if not pair:
