@@ -23,7 +23,6 @@ What "honestly" means here, and why each rule exists:
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
 import time
@@ -50,26 +49,6 @@ def make_synchronizer(device):
 
     return sync
 
-
-@contextlib.contextmanager
-def cpu_threads(count: int | None):
-    """Run the block with ``count`` torch CPU threads (restored afterwards); ``None`` changes nothing.
-
-    Every variant must be timed under the same thread count. On a machine that is running anything else
-    (a browser, other notebooks, other users) a multi-threaded CPU op waits at every barrier for its slowest
-    thread, so the timing measures the scheduler more than the arithmetic; one thread is slower but stable.
-    """
-    if count is None:
-        yield
-        return
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"cpu_threads needs a whole number of threads >= 1 (or None), got {count!r}")
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 # ----------------------------------------------------------------------------- measurements

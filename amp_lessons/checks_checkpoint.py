@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from amp_lessons.checkpoint import SimulatedDiskFull, capture_rng, restore_rng, simulated_failed_write
-from amp_lessons.checks import call_learner, checker, describe_exception, failed, not_done, passed
+from amp_lessons.harness import call_learner, checker, describe_exception, failed, not_done, passed
 from amp_lessons.models import SensorClassifier, sensor_readings
 
 STEPS_BEFORE = 6

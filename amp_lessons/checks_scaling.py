@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from amp_lessons.checks import LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.harness import LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.scaling import classify
 
 F16, BF16 = torch.float16, torch.bfloat16

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-from amp_lessons.checks import call_learner, checker, failed, passed
+from amp_lessons.harness import call_learner, checker, failed, passed
 
 
 class _CastWatcher(TorchFunctionMode):

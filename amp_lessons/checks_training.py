@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from amp_lessons.checks import LearnerProblem, call_learner, checker, failed, not_done, passed
+from amp_lessons.environment import one_cpu_thread
+from amp_lessons.harness import LearnerProblem, call_learner, checker, failed, not_done, passed
 from amp_lessons.models import TinyClassifier
-from amp_lessons.training import one_cpu_thread
 from amp_lessons.training import train_step as reference_train_step
 
 DEVICE = torch.device("cpu")

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from amp_lessons.checks import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.validation import Criteria, accuracy, decide, margins
 
 NAN, INF = math.nan, math.inf

@@ -24,7 +24,6 @@ the model.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from amp_lessons.environment import one_cpu_thread
 from amp_lessons.models import LoadRegressor, SectorClassifier
 
 CLASSES = ("north", "west", "south")
@@ -66,17 +66,6 @@ def true_class(features: torch.Tensor) -> torch.Tensor:
     return label
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """Train on one CPU thread: faster for models this small on a busy machine, and the same float32
-    reduction order everywhere, so the weights do not depend on how many cores a laptop has."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
 
 def _adam(model, loss_fn, steps: int, lr: float) -> None:
     """Full-batch Adam written out (a few lines; avoids torch.optim's one-off import cost of ~1 s)."""
@@ -108,7 +97,7 @@ def _trained_classifier_state() -> dict:
     model = SectorClassifier()
     features, labels = _training_data()
     # label smoothing keeps the logits O(1), like a calibrated production classifier
-    with _one_thread():
+    with one_cpu_thread():
         _adam(model, lambda net: torch.nn.functional.cross_entropy(net(features), labels, label_smoothing=0.1), 250, 0.02)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -238,7 +227,7 @@ def _trained_regressor_state() -> dict:
     model = LoadRegressor()
     t = torch.linspace(0, 1, 256).unsqueeze(1)
     target = load_curve(t)
-    with _one_thread():
+    with one_cpu_thread():
         _adam(model, lambda net: torch.nn.functional.mse_loss(net(t), target) / LoadRegressor.SCALE**2, 800, 0.01)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 

@@ -25,7 +25,6 @@ The module also holds ``OpDtypeRecorder`` (which dtype each op really ran in, se
 
 from __future__ import annotations
 
-import contextlib
 import html
 import math
 from dataclasses import dataclass, field
@@ -654,20 +653,6 @@ class OpDtypeRecorder(TorchFunctionMode):
 
         return pd.DataFrame([vars(c) for c in self.calls])
 
-
-@contextlib.contextmanager
-def one_cpu_thread():
-    """Run torch on one CPU thread inside the block (restored afterwards).
-
-    For models this small a step is a few hundred microseconds of work; with several threads on a busy
-    machine the threads mostly wait for each other and a step can take 100x longer. GPU work is unaffected.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ actually came out.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import platform
@@ -76,6 +77,33 @@ def pick_device() -> torch.device:
             + " On a GPU runner check the driver (nvidia-smi) and that a CUDA build of torch is installed."
         )
     return device
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int | None):
+    """Run the block with ``count`` torch CPU threads (restored afterwards); ``None`` changes nothing.
+
+    The lesson models are tiny: a multi-threaded CPU op on a small matrix spends its time waiting at thread
+    barriers, and on a busy machine (other notebooks, a browser) that wait can be 10-100x the arithmetic.
+    One thread is faster for them, timing under it is stable, and float32 reductions happen in the same
+    order on every laptop. GPU work is unaffected.
+    """
+    if count is None:
+        yield
+        return
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"cpu_threads needs a whole number of threads >= 1 (or None), got {count!r}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def one_cpu_thread():
+    """``cpu_threads(1)``: the setting every small training loop in the course runs under."""
+    return cpu_threads(1)
 
 
 def seed_everything(seed: int) -> None:

@@ -5,7 +5,6 @@ Lessons 05-07 and the checkers reuse ``train_step``; lesson 03 teaches it line b
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -104,17 +103,3 @@ def guarded_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dt
     return loss.detach()
 
 
-@contextlib.contextmanager
-def one_cpu_thread():
-    """Run the block with one torch CPU thread (restored afterwards).
-
-    The lesson models are tiny: a multi-threaded CPU op on a 16x6 matrix spends its time waiting at thread
-    barriers, and on a busy machine (other notebooks, a browser) that wait can be 10-30x the arithmetic.
-    One thread is faster here and gives the same float32 reduction order on every laptop.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)

@@ -13,6 +13,7 @@ from amp_lessons import benchmark
 from amp_lessons.benchmark import Measurement
 from amp_lessons.checks import check_time_step
 from amp_lessons.checks_benchmark import SCENARIOS, FakeDevice
+from amp_lessons.environment import cpu_threads
 from amp_lessons.models import TimingMLP
 
 LESSON = "07_measuring_gains.ipynb"
@@ -424,13 +425,13 @@ def test_item_overhead_alternates_rounds():
 
 def test_cpu_threads_restores():
     before = torch.get_num_threads()
-    with benchmark.cpu_threads(1):
+    with cpu_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-    with benchmark.cpu_threads(None):
+    with cpu_threads(None):
         assert torch.get_num_threads() == before
     with pytest.raises(ValueError):
-        with benchmark.cpu_threads(0):
+        with cpu_threads(0):
             pass
 
 

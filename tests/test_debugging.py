@@ -16,13 +16,13 @@ from amp_lessons.debugging import (
     autocast_enabled,
     find_first_nonfinite,
     hook_count,
-    one_cpu_thread,
     plot_checkpoints,
     plot_scale_history,
     scale_history_table,
     skip_verdict,
     tensor_stats,
 )
+from amp_lessons.environment import one_cpu_thread
 from amp_lessons.models import TextureNet, TinyAttentionClassifier, attention_batch, texture_batch
 
 LESSON = "05_nan_debugging.ipynb"

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from amp_lessons import autocast_policy, scaler_sim
+from amp_lessons.environment import one_cpu_thread
 from amp_lessons.models import TinyClassifier
-from amp_lessons.training import NonFiniteError, guarded_train_step, one_cpu_thread, train_step
+from amp_lessons.training import NonFiniteError, guarded_train_step, train_step
 
 
 @pytest.fixture(autouse=True)

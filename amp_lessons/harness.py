@@ -1,0 +1,243 @@
+"""The harness every exercise checker is built on (learners import from ``amp_lessons.checks``).
+
+A checker exists to tell a learner *which* mistake they made, so the harness guarantees three things:
+- a checker never raises for a learner mistake (a missing body, an exception inside learner code, a
+  wrong signature, junk return values): it returns a failed ``CheckResult`` that says what happened;
+- every result is recorded in the learner's local progress file (see ``amp_lessons.progress``);
+- ``AMP_LESSONS_STRICT`` turns results into assertions so that a notebook run in CI fails loudly:
+  ``1`` raises on any result that did not pass (used on lessons and solutions), ``not-done`` raises
+  on any result that is not "not done yet" (used on the generated exercises, which must still be
+  untouched stubs).
+
+Writing a checker::
+
+    @checker("01.1 stored value")
+    def check_stored_value(fn):
+        got = call_learner(fn, 1.0, torch.float16)   # returns fn's value, or stops the check with a message
+        if got != 1.0:
+            return failed("...names the mistake...")
+        return passed("...")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import html
+import inspect
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+
+PASSED = "passed"
+FAILED = "failed"
+NOT_DONE = "not done"
+CHECKER_BUG = "checker error"
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_demonstrating = False
+
+
+@dataclass
+class CheckResult:
+    """The verdict of one check: ``passed``, a ``message`` that names the mistake, and details."""
+
+    passed: bool
+    message: str
+    status: str = ""
+    exercise: str = ""
+    details: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.status:
+            self.status = PASSED if self.passed else FAILED
+
+    def __bool__(self) -> bool:
+        return bool(self.passed)
+
+    @property
+    def title(self) -> str:
+        label = {PASSED: "Passed", FAILED: "Not yet right", NOT_DONE: "Not done yet", CHECKER_BUG: "Checker error"}
+        head = label.get(self.status, self.status)
+        return f"{head} — {self.exercise}" if self.exercise else head
+
+    def __str__(self) -> str:
+        mark = {PASSED: "[PASS]", NOT_DONE: "[TODO]"}.get(self.status, "[FAIL]")
+        lines = [f"{mark} {self.title}", self.message]
+        lines += [f"  - {d}" for d in self.details]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        colours = {PASSED: ("#e8f5e9", "#2e7d32"), NOT_DONE: ("#fff8e1", "#f9a825")}
+        background, border = colours.get(self.status, ("#ffebee", "#c62828"))
+        icon = {PASSED: "✅", NOT_DONE: "✏️"}.get(self.status, "❌")
+        details = "".join(f"<li><code>{html.escape(str(d))}</code></li>" for d in self.details)
+        details = f"<ul style='margin:4px 0'>{details}</ul>" if details else ""
+        message = html.escape(self.message).replace("\n", "<br>")
+        return (
+            f"<div style='background:{background};border-left:6px solid {border};padding:8px 12px;"
+            f"margin:4px 0;border-radius:4px'><b>{icon} {html.escape(self.title)}</b>"
+            f"<div style='margin-top:4px'>{message}</div>{details}</div>"
+        )
+
+
+def passed(message: str, details: list | None = None) -> CheckResult:
+    return CheckResult(True, message, PASSED, details=list(details or []))
+
+
+def failed(message: str, details: list | None = None) -> CheckResult:
+    return CheckResult(False, message, FAILED, details=list(details or []))
+
+
+def not_done(what: str = "your function") -> CheckResult:
+    return CheckResult(
+        False,
+        f"Not done yet: {what} still raises NotImplementedError. Replace the `raise NotImplementedError` "
+        "line with your code, run that cell, then run this check again.",
+        NOT_DONE,
+    )
+
+
+class LearnerProblem(Exception):
+    """Stops a check early with a ready-made result (raised by ``call_learner`` and ``stop``)."""
+
+    def __init__(self, result: CheckResult):
+        super().__init__(result.message)
+        self.result = result
+
+
+def stop(message: str, details: list | None = None) -> None:
+    """End the check now with a failed result (for use deep inside a checker)."""
+    raise LearnerProblem(failed(message, details))
+
+
+def _learner_location(tb) -> str:
+    """Point at the last line of *learner* code in a traceback (not torch's, not ours)."""
+    best = ""
+    for frame in traceback.extract_tb(tb):
+        filename = os.path.abspath(frame.filename)
+        if filename.startswith(_PACKAGE_DIR) or "site-packages" in filename or "/lib/python" in filename:
+            continue
+        code = (frame.line or "").strip()
+        where = f"line {frame.lineno} of {frame.name}()"
+        best = f"{where}: `{code}`" if code else where
+    return best
+
+
+def describe_exception(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    location = _learner_location(exc.__traceback__)
+    message = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return f"{message} (at {location})" if location else message
+
+
+def call_learner(fn, *args, what: str | None = None, **kwargs):
+    """Call learner code; on any learner-side problem stop the check with a message saying what happened."""
+    name = what or f"`{getattr(fn, '__name__', 'your function')}`"
+    if fn is None:
+        raise LearnerProblem(failed("Expected a function but got None. Pass the function itself, e.g. check(my_function)."))
+    if not callable(fn):
+        raise LearnerProblem(
+            failed(f"Expected a function but got a {type(fn).__name__}. Pass the function itself, without calling it.")
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise LearnerProblem(
+                failed(f"{name} has the signature {name.strip('`')}{signature}, which cannot be called the way the "
+                       f"exercise describes ({exc}). Keep the parameter names and order given in the exercise.")
+            ) from None
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise LearnerProblem(not_done(name)) from None
+    except LearnerProblem:
+        raise
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        raise LearnerProblem(failed(f"{name} raised an error: {describe_exception(exc)}")) from None
+
+
+def strict_mode() -> str:
+    """'' (off), '1' (raise unless passed) or 'not-done' (raise unless not done yet)."""
+    return os.environ.get("AMP_LESSONS_STRICT", "").strip().lower()
+
+
+@contextlib.contextmanager
+def demonstration():
+    """Run checks on purpose-made wrong answers in a lesson: results are shown, not recorded or enforced."""
+    global _demonstrating
+    previous, _demonstrating = _demonstrating, True
+    try:
+        yield
+    finally:
+        _demonstrating = previous
+
+
+def _apply_strict(result: CheckResult) -> None:
+    if _demonstrating:
+        return
+    mode = strict_mode()
+    if mode in ("1", "true", "yes") and not result.passed:
+        raise AssertionError(f"AMP_LESSONS_STRICT=1 and a check did not pass:\n{result}")
+    if mode == "not-done" and result.status != NOT_DONE:
+        raise AssertionError(f"AMP_LESSONS_STRICT=not-done expects an untouched exercise, but the check said:\n{result}")
+
+
+def checker(exercise: str):
+    """Turn a function that returns a ``CheckResult`` into a learner-facing check.
+
+    The wrapped check never raises for learner mistakes, labels its result with ``exercise``, records
+    it in the progress file and applies strict mode.
+    """
+
+    def wrap(check):
+        @functools.wraps(check)
+        def run(*args, **kwargs):
+            try:
+                result = check(*args, **kwargs)
+            except LearnerProblem as problem:
+                result = problem.result
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:
+                result = CheckResult(
+                    False,
+                    "The checker itself failed while judging your answer "
+                    f"({type(exc).__name__}: {exc}). That is a bug in the course, not in your work: "
+                    "please report it with this message.",
+                    CHECKER_BUG,
+                )
+            if not isinstance(result, CheckResult):
+                result = CheckResult(False, f"The checker returned {result!r} instead of a CheckResult (a course bug).", CHECKER_BUG)
+            result.exercise = exercise
+            _record(result)
+            _apply_strict(result)
+            return result
+
+        run.exercise = exercise
+        return run
+
+    return wrap
+
+
+def _record(result: CheckResult) -> None:
+    if _demonstrating:
+        return
+    try:
+        from amp_lessons import progress
+
+        progress.record(result.exercise, result.passed, result.status, result.message)
+    except Exception as exc:  # progress is a convenience: it must never break a check
+        print(f"(progress not saved: {exc})", file=sys.stderr)
