@@ -3,6 +3,8 @@
 doctor            is this machine ready for the course? (exit 0 when it is)
 build-exercises   regenerate exercises/ from solutions/ (--check: fail when exercises/ is stale)
 clean PATH...     strip outputs and execution counts from notebooks (what the repository stores)
+grade PATH...     run learners' exercise notebooks headless and tabulate every check (CSV + summary)
+progress          what this learner has done: passed / attempted / not started, per exercise
 """
 
 from __future__ import annotations
@@ -60,6 +62,47 @@ def cmd_clean(args) -> int:
     return status
 
 
+def cmd_grade(args) -> int:
+    from amp_lessons import grade
+
+    if args.timeout <= 0 or args.jobs < 1:
+        print("--timeout must be a positive number of seconds and --jobs at least 1.", file=sys.stderr)
+        return 2
+    notebooks = grade.find_notebooks(args.paths)
+    if not notebooks:
+        print("No notebooks found in " + ", ".join(args.paths), file=sys.stderr)
+        return 2
+    print(f"Grading {len(notebooks)} notebook(s), at most {args.timeout:g} s each...", flush=True)
+
+    def report(path, rows):
+        exercises = [r for r in rows if r["exercise"] != grade.WHOLE_NOTEBOOK]
+        statuses = ", ".join(sorted({r["status"] for r in rows}))
+        print(f"  {grade.display_name(path)}: {sum(r['passed'] for r in exercises)} of {len(exercises)} passed ({statuses})", flush=True)
+
+    table = grade.grade(notebooks, timeout=args.timeout, kernel_name=args.kernel, jobs=args.jobs, on_notebook=report)
+    print()
+    print(grade.summary(table))
+    csv_path = Path(args.csv)
+    if csv_path.parent and not csv_path.parent.exists():
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(csv_path, index=False)
+    print(f"\nWrote {csv_path} ({len(table)} rows).")
+    return 0
+
+
+def cmd_progress(args) -> int:
+    from amp_lessons import progress
+
+    path = Path(args.file).expanduser() if args.file else progress.progress_path()
+    if path is None:
+        print("Progress recording is switched off (AMP_LESSONS_PROGRESS_FILE=off).")
+        return 0
+    print(f"Progress record: {path}{'' if path.exists() else ' (nothing recorded yet)'}")
+    data = progress.load(path, warn=lambda message: print(f"warning: {message}"))
+    print(progress.format_summary(progress.summarize(data)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m amp_lessons", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", metavar="command")
@@ -70,6 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
     clean = commands.add_parser("clean", help="strip outputs from notebooks")
     clean.add_argument("paths", nargs="+")
     clean.set_defaults(run=cmd_clean)
+    grade = commands.add_parser("grade", help="run learners' exercise notebooks and tabulate the checks")
+    grade.add_argument("paths", nargs="+", metavar="PATH", help="notebooks, or folders searched for *.ipynb")
+    grade.add_argument("--timeout", type=float, default=120.0, help="seconds per notebook (default 120)")
+    grade.add_argument("--csv", default="grades.csv", help="where to write the table (default grades.csv)")
+    grade.add_argument("--jobs", type=int, default=1, help="notebooks run at the same time (default 1)")
+    grade.add_argument("--kernel", default="python3", help="kernel to run them with (default python3)")
+    grade.set_defaults(run=cmd_grade)
+    record = commands.add_parser("progress", help="list each exercise: passed / attempted / not started")
+    record.add_argument("--file", help="a progress record to read (default: this learner's, see amp_lessons.progress)")
+    record.set_defaults(run=cmd_progress)
     return parser
 
 

@@ -50,7 +50,7 @@ LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 BROKEN_FIXTURE = "browser_widget_problems.ipynb"
 
 RUN_TIMEOUT = float(os.environ.get("AMP_LESSONS_BROWSER_TIMEOUT", "150"))
-SLIDER_TIMEOUT = 25.0
+SLIDER_TIMEOUT = 20.0
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -62,7 +62,7 @@ CHROMIUM_ARGS = [
 ]
 INSTALL_HINT = (
     "Chromium not installed: apt-get install chromium (Debian; `sudo apt-get install chromium-browser` on "
-    "Ubuntu), or point AMP_LESSONS_CHROMIUM at a Chromium/Chrome binary. Never `playwright install`."
+    "Ubuntu), or point AMP_LESSONS_CHROMIUM at a Chromium/Chrome binary."
 )
 # User settings for the throw-away JupyterLab: render every cell (no windowing), no news or update checks.
 LAB_SETTINGS = {
@@ -197,6 +197,8 @@ JS_FINISHED = """() => {
   return !!indicator && indicator.getAttribute('data-status') === 'idle' && prompts.length > 0
       && !prompts.some(t => t.includes('*')) && /\\[\\d+\\]/.test(prompts.join(' '));
 }"""
+JS_STARTED = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')]
+  .some(e => /\\[(\\*|\\d+)\\]/.test(e.textContent))"""
 JS_KERNEL_IDLE = """() => {
   const indicator = document.querySelector('.jp-Notebook-ExecutionIndicator');
   return !!indicator && indicator.getAttribute('data-status') === 'idle';
@@ -248,6 +250,7 @@ class NotebookReport:
     images: int = 0
     sliders_moved: int = 0
     console_errors: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
     screenshot: str = ""
 
     def __str__(self) -> str:
@@ -255,7 +258,8 @@ class NotebookReport:
                  f"(Run All {self.run_seconds:.1f} s; {self.widgets} widget(s), {self.images} image(s), "
                  f"{self.sliders_moved} slider(s) moved); screenshot {self.screenshot or '-'}"]
         lines += [f"  - {p}" for p in self.problems]
-        if self.problems and self.console_errors:
+        lines += [f"  {n}" for n in self.notes]
+        if self.console_errors:
             lines.append("  browser console errors:")
             lines += [f"    {e}" for e in self.console_errors[:5]]
         return "\n".join(lines)
@@ -325,8 +329,10 @@ def check_widgets_and_figures(model: dict, outputs: list, report: NotebookReport
             if "application/vnd.jupyter.widget-view+json" in data:
                 report.widgets += 1
                 if dom.get("error_widget") or dom.get("error_text"):
-                    report.problems.append(f"{where}: widget did not render (Error displaying widget: "
-                                           f"{dom.get('error_text') or dom.get('error_widget')})")
+                    why = dom.get("error_text") or next(
+                        (e for e in report.console_errors if "module" in e or "widget" in e.lower()), "see the browser console"
+                    )
+                    report.problems.append(f"{where}: widget did not render (Error displaying widget; {why.splitlines()[0]})")
                 elif dom.get("loading"):
                     report.problems.append(f"{where}: widget still shows 'Loading widget...'")
                 elif not dom.get("widget"):
@@ -350,7 +356,7 @@ def wait_until_settled(page, timeout: float = 15.0) -> None:
         time.sleep(0.25)
 
 
-def check_sliders(page, model: dict, report: NotebookReport) -> None:
+def check_sliders(page, model: dict, report: NotebookReport, timeout: float = SLIDER_TIMEOUT) -> None:
     """In every top-level output that has a slider, move its first slider and expect the view to change."""
     outputs = page.locator(".jp-Notebook .jp-Cell .jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output")
     for index in range(outputs.count()):
@@ -376,7 +382,7 @@ def check_sliders(page, model: dict, report: NotebookReport) -> None:
         if after_value == before_value:
             report.problems.append(f"{where}: the slider {name!r} did not move with the arrow keys")
             continue
-        deadline, previous, changed = time.monotonic() + SLIDER_TIMEOUT, None, False
+        deadline, previous, changed = time.monotonic() + timeout, None, False
         while time.monotonic() < deadline:
             time.sleep(0.3)
             view = output.evaluate(JS_VIEW)
@@ -387,7 +393,7 @@ def check_sliders(page, model: dict, report: NotebookReport) -> None:
         if not changed:
             report.problems.append(
                 f"{where}: moving the slider {name!r} from {before_value} to {after_value} changed nothing else in "
-                f"the widget within {SLIDER_TIMEOUT:.0f} s (is it wired to the figure/table with interactive_output or observe?)"
+                f"the widget within {timeout:.0f} s (is it wired to the figure/table with interactive_output or observe?)"
             )
             continue
         report.sliders_moved += 1
@@ -399,7 +405,39 @@ def check_sliders(page, model: dict, report: NotebookReport) -> None:
             report.problems.append(f"{where}: after moving the slider {name!r} the widget shows a traceback: {traceback[:300]}")
 
 
-def check_notebook_in_lab(browser, lab: LabServer, path: str, screenshot: Path | None = None) -> NotebookReport:
+def wait_for_kernel(page, lab: LabServer, path: str, timeout: float = 120.0) -> None:
+    """Until the server says this notebook's kernel is idle and the page's indicator agrees."""
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator", timeout=timeout * 1000)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            sessions = [s for s in lab.api("GET", "api/sessions") or [] if s.get("path") == path]
+        except (OSError, urllib.error.URLError, ValueError):
+            sessions = []
+        if sessions and (sessions[0].get("kernel") or {}).get("execution_state") == "idle" and page.evaluate(JS_KERNEL_IDLE):
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"{path}: the kernel was not ready after {timeout:.0f} s\n{lab.log_tail()}")
+
+
+def diagnostics(page, lab: LabServer, path: str) -> list:
+    """Context for a failure: open dialogs, the kernel's state, the server's last words about kernels."""
+    notes = []
+    dialogs = page.evaluate("() => [...document.querySelectorAll('.jp-Dialog')].map(d => d.textContent.trim().slice(0, 200))")
+    notes += [f"(dialog open: {d})" for d in dialogs]
+    try:
+        states = [(s.get("kernel") or {}).get("execution_state") for s in lab.api("GET", "api/sessions") or [] if s.get("path") == path]
+        notes.append(f"(kernel state now: {states or 'no session'})")
+    except (OSError, urllib.error.URLError, ValueError):
+        pass
+    log = [line for line in lab.log_tail(200).splitlines() if re.search(r"restart|died|dead|error", line, re.I)]
+    notes += [f"(server log: {line.strip()[:200]})" for line in log[-5:]]
+    return notes
+
+
+def check_notebook_in_lab(
+    browser, lab: LabServer, path: str, screenshot: Path | None = None, slider_timeout: float = SLIDER_TIMEOUT
+) -> NotebookReport:
     """Open ``path`` (relative to the server root) in a fresh workspace, Run All, and report what a learner would see."""
     report = NotebookReport(Path(path).name)
     started = time.monotonic()
@@ -410,9 +448,13 @@ def check_notebook_in_lab(browser, lab: LabServer, path: str, screenshot: Path |
     workspace = f"w{secrets.token_hex(4)}"
     try:
         page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/{path}?reset&token={lab.token}")
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        wait_for_kernel(page, lab, path)
         run_started = time.monotonic()
         run_all_cells(page)
+        try:
+            page.wait_for_function(JS_STARTED, timeout=20_000, polling=250)
+        except Exception:  # the click was lost (e.g. the page was still busy): once more
+            run_all_cells(page)
         try:
             page.wait_for_function(JS_FINISHED, timeout=RUN_TIMEOUT * 1000, polling=250)
         except Exception:
@@ -425,13 +467,20 @@ def check_notebook_in_lab(browser, lab: LabServer, path: str, screenshot: Path |
             report.problems.append("could not read the notebook model (window.jupyterapp missing?)")
             return report
         check_problems_in_model(model, report)
+        if report.problems:
+            report.notes += diagnostics(page, lab, path)
         check_widgets_and_figures(model, page.evaluate(JS_OUTPUTS), report)
-        check_sliders(page, model, report)
+        check_sliders(page, model, report, slider_timeout)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
-            first = page.locator(".jp-Notebook .jp-OutputArea-output .jupyter-widgets, .jp-Notebook .jp-OutputArea-output img")
-            if first.count():
-                first.first.scroll_into_view_if_needed()
+            page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")  # room for the notebook
+            for target in (".jp-Cell-outputArea .jp-OutputArea-output:has(.noUi-handle)", ".jp-OutputArea-output img",
+                           ".jp-OutputArea-output .jupyter-widgets"):
+                found = page.locator(f".jp-Notebook {target}")
+                if found.count():
+                    found.first.scroll_into_view_if_needed()
+                    break
+            time.sleep(0.3)
             page.screenshot(path=str(screenshot))
             report.screenshot = str(screenshot.relative_to(ROOT) if screenshot.is_relative_to(ROOT) else screenshot)
     finally:
@@ -490,7 +539,9 @@ def test_lesson_works_in_jupyterlab(browser, lab, lesson):
 
 def test_checker_reports_broken_widgets(browser, lab):
     """The planted problems are each reported, and the working slider + figure are not."""
-    report = check_notebook_in_lab(browser, lab, f"fixtures/{BROKEN_FIXTURE}", SCREENSHOTS / "fixture_widget_problems.png")
+    report = check_notebook_in_lab(
+        browser, lab, f"fixtures/{BROKEN_FIXTURE}", SCREENSHOTS / "fixture_widget_problems.png", slider_timeout=8
+    )
     print(report)
     text = "\n".join(report.problems)
     assert re.search(r"cell 4 .*widget did not render", text), text

@@ -1,0 +1,87 @@
+"""`python -m amp_lessons progress`: each known exercise as passed / attempted (last message) / not started."""
+
+import json
+import re
+import subprocess
+import sys
+
+from amp_lessons import cli, progress
+from amp_lessons.checks_start import check_autocast_matmul
+
+WARM_UP = check_autocast_matmul.exercise
+
+
+def test_known_exercises_come_from_the_checkers_in_lesson_order():
+    known = progress.known_exercises()
+    assert WARM_UP in known
+    assert known == sorted(known, key=progress.exercise_sort_key)
+    assert sorted(["01.10 b", "01.2 a", "00 z", "02.1 c"], key=progress.exercise_sort_key) == ["00 z", "01.2 a", "01.10 b", "02.1 c"]
+
+
+def test_summarize_states(private_progress):
+    progress.record("00 a", False, "failed", "You used the wrong dtype.\nsecond line")
+    progress.record("00 a", True, "passed", "Well done.")
+    progress.record("00 b", False, "not done", "Not done yet: still raises NotImplementedError.")
+    progress.record("99 retired", False, "failed", "from an older course version")
+    rows = {r["exercise"]: r for r in progress.summarize(known=["00 a", "00 b", "00 c"])}
+    assert list(rows) == ["00 a", "00 b", "00 c", "99 retired"]
+    assert rows["00 a"]["state"] == "passed" and rows["00 a"]["attempts"] == 2 and rows["00 a"]["first_passed"]
+    assert rows["00 b"]["state"] == "attempted" and rows["00 b"]["last_status"] == "not done"
+    assert rows["00 c"]["state"] == "not started" and rows["00 c"]["attempts"] == 0
+    assert rows["99 retired"]["state"] == "attempted"
+    text = progress.format_summary(list(rows.values()))
+    assert re.search(r"^00 b +attempted \(1 attempt, last: not done\)\n +Not done yet: still raises", text, re.M)
+    assert re.search(r"^00 c +not started$", text, re.M)
+    assert text.endswith("1 of 4 exercises passed, 2 attempted, 1 not started.")
+
+
+def test_progress_command_lists_every_known_exercise(private_progress, capsys):
+    check_autocast_matmul(lambda a, b, dtype: a @ b)  # forgets autocast: recorded as a failed attempt
+    assert cli.main(["progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"Progress record: {private_progress}" in out
+    lines = out.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.startswith(WARM_UP))
+    assert lines[index].endswith("attempted (1 attempt, last: failed)")
+    assert lines[index + 1].strip().startswith("For dtype=torch.bfloat16 the result is still float32")
+    assert any("not started" in line for line in out.splitlines())  # the other lessons' exercises
+
+    check_autocast_matmul(_autocast_matmul)
+    cli.main(["progress"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(WARM_UP))
+    assert "passed 20" in line  # passed <timestamp>
+
+
+def _autocast_matmul(a, b, dtype):
+    import torch
+
+    with torch.autocast(device_type=a.device.type, dtype=dtype):
+        return a @ b
+
+
+def test_corrupt_record_is_reported_and_set_aside(private_progress, capsys):
+    private_progress.write_text('{"version": 1, "exercises": {"00 a": {"att')  # a half-written file
+    assert cli.main(["progress"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: The progress record" in out and "could not be read" in out and "moved it to" in out
+    assert not private_progress.exists()
+    assert any(p.name.startswith("progress.json.corrupt-") for p in private_progress.parent.iterdir())
+    assert "0 of" in out and "exercises passed" in out
+    progress.record(WARM_UP, True, "passed", "ok")  # and recording carries on in a fresh file
+    assert json.loads(private_progress.read_text())["exercises"][WARM_UP]["passed"]
+
+
+def test_another_learners_record_and_switched_off(tmp_path, monkeypatch, capsys):
+    other = tmp_path / "alice.json"
+    progress.record(WARM_UP, True, "passed", "ok", path=other)
+    assert cli.main(["progress", "--file", str(other)]) == 0
+    assert f"Progress record: {other}" in capsys.readouterr().out
+    monkeypatch.setenv("AMP_LESSONS_PROGRESS_FILE", "off")
+    assert cli.main(["progress"]) == 0
+    assert "switched off" in capsys.readouterr().out
+
+
+def test_module_entry_point(private_progress):
+    run = subprocess.run([sys.executable, "-m", "amp_lessons", "progress"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "nothing recorded yet" in run.stdout and WARM_UP in run.stdout
