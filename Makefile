@@ -32,8 +32,11 @@ $(TEST_STAMP): requirements-dev.txt $(LAB_STAMP)
 setup: $(LAB_STAMP)
 setup-test: $(TEST_STAMP)
 
+# Jupyter refuses to run as root unless told; containers and some lab machines are root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
+
 lab: $(LAB_STAMP)
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 notebooks/00_start_here.ipynb
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $(ALLOW_ROOT) notebooks/00_start_here.ipynb
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

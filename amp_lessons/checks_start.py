@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
+from amp_lessons.autocast_policy import autocast_enabled, switch_autocast_off
 from amp_lessons.harness import call_learner, checker, failed, passed
 
 
@@ -28,14 +29,6 @@ class _CastWatcher(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def autocast_left_on(device_type: str) -> bool:
-    """True when autocast is still active outside any ``with`` block (e.g. entered by hand, never exited)."""
-    try:
-        return bool(torch.is_autocast_enabled(device_type))
-    except TypeError:  # torch < 2.4 had no device argument
-        return bool(torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled())
-
-
 @checker("00 warm-up: autocast_matmul")
 def check_autocast_matmul(autocast_matmul):
     """``autocast_matmul(a, b, dtype)`` must return ``a @ b`` computed under ``torch.autocast`` in ``dtype``."""
@@ -48,7 +41,8 @@ def check_autocast_matmul(autocast_matmul):
             got = call_learner(autocast_matmul, a.clone(), b.clone(), dtype)
         if not isinstance(got, torch.Tensor):
             return failed(f"autocast_matmul returned a {type(got).__name__}; return the tensor `a @ b`.")
-        if autocast_left_on("cpu"):
+        if autocast_enabled("cpu"):
+            switch_autocast_off()
             return failed("Autocast is still switched on after your function returned: use it as `with torch.autocast(...):`.")
         if got.shape != (4, 5):
             return failed(f"The result has shape {tuple(got.shape)}; a [4, 3] @ [3, 5] product is [4, 5].")

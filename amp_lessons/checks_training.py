@@ -18,7 +18,6 @@ about to use). A mistake is then named from what was observed, not guessed from 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from amp_lessons.autocast_policy import autocast_dtype, autocast_enabled, switch_autocast_off
 from amp_lessons.environment import one_cpu_thread
 from amp_lessons.harness import LearnerProblem, call_learner, checker, failed, not_done, passed
 from amp_lessons.models import TinyClassifier
@@ -38,43 +38,6 @@ DEVICE = torch.device("cpu")
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-def autocast_enabled(device_type: str) -> bool:
-    try:
-        return bool(torch.is_autocast_enabled(device_type))
-    except TypeError:  # torch < 2.4
-        return bool(torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled())
-    except RuntimeError:  # a device type this build does not know
-        return False
-
-
-def autocast_dtype(device_type: str):
-    try:
-        return torch.get_autocast_dtype(device_type)
-    except (AttributeError, TypeError, RuntimeError):  # torch < 2.4
-        return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
-
-
-def _switch_autocast_off() -> None:
-    """Undo an autocast a learner entered and never left, so later runs are not contaminated.
-
-    Leaving it on would also keep autocast's cache of low-precision weight copies alive, and later forward
-    passes would reuse copies of weights the optimizer has since changed.
-    """
-    for device_type in ("cpu", "cuda"):
-        if autocast_enabled(device_type):
-            try:
-                torch.set_autocast_enabled(device_type, False)
-            except TypeError:  # torch < 2.4
-                if device_type == "cpu":
-                    torch.set_autocast_cpu_enabled(False)
-                else:
-                    torch.set_autocast_enabled(False)
-    with contextlib.suppress(Exception):
-        depth = torch.autocast_increment_nesting() - 1  # read the nesting depth without changing it
-        torch.autocast_decrement_nesting()
-        for _ in range(max(depth, 0)):
-            torch.autocast_decrement_nesting()
-    torch.clear_autocast_cache()
 
 
 def grad_norm(parameters) -> float:
@@ -337,7 +300,7 @@ class _Run:
                 self.log.inside_scaler_step = False
                 record.autocast_left_on = autocast_enabled("cpu") or autocast_enabled("cuda")
                 if record.autocast_left_on:
-                    _switch_autocast_off()
+                    switch_autocast_off()
         record.warnings = [str(w.message) for w in caught]
         params = list(self.model.parameters())
         record.norm_after = grad_norm(params)

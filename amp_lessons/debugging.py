@@ -33,6 +33,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from amp_lessons.autocast_policy import autocast_enabled
+
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
 ROOT_NAME = "(model)"
 MATMUL_LIKE = frozenset({
@@ -612,12 +614,6 @@ class OpCall:
     def matmul_like(self) -> bool:
         return self.name in MATMUL_LIKE
 
-
-def autocast_enabled(device_type: str) -> bool:
-    try:
-        return bool(torch.is_autocast_enabled(device_type))
-    except TypeError:  # torch < 2.4 had no device argument
-        return bool(torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled())
 
 
 class OpDtypeRecorder(TorchFunctionMode):
