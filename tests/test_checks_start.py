@@ -52,6 +52,7 @@ def test_the_stub_is_not_done():
     assert check_autocast_matmul(stub).status == NOT_DONE
 
 
+@pytest.mark.filterwarnings("ignore:CUDA is not available:UserWarning")
 @pytest.mark.parametrize(
     "wrong, named",
     [
