@@ -28,6 +28,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from amp_lessons.environment import dtype_name
+
 DOCS_URL = "https://pytorch.org/docs/stable/amp.html#autocast-op-reference"
 
 # From the PyTorch docs' autocast op reference (CUDA). Abbreviated to the ops this course uses; see DOCS_URL.
@@ -117,8 +119,6 @@ OP_CASES = (
 )
 
 
-def _short(dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def cuda_expected_dtype(case: OpCase, dtype: torch.dtype) -> torch.dtype:
@@ -142,7 +142,7 @@ def measure_op(case: OpCase, device: torch.device, dtype: torch.dtype, tensors: 
         with torch.autocast(device_type=device.type, dtype=dtype):
             h = F.linear(tensors["x"], tensors["w"], tensors["b"])  # an activation, as autocast makes it here
             out = case.run(tensors, h)
-        return _short(out.dtype)
+        return dtype_name(out.dtype)
     except Exception as exc:  # an op this build cannot run in this dtype is a result worth showing, not a crash
         return f"error: {type(exc).__name__}"
 
@@ -168,11 +168,11 @@ def policy_table(device: torch.device | str = "cpu", dtypes=(torch.float16, torc
         differs = []
         for dtype in dtypes:
             measured = measure_op(case, device, dtype, tensors)
-            expected = _short(cuda_expected_dtype(case, dtype))
-            row[f"{_short(dtype)}: {MEASURED} ({device.type})"] = measured
-            row[f"{_short(dtype)}: {CUDA_DOCS}"] = expected
+            expected = dtype_name(cuda_expected_dtype(case, dtype))
+            row[f"{dtype_name(dtype)}: {MEASURED} ({device.type})"] = measured
+            row[f"{dtype_name(dtype)}: {CUDA_DOCS}"] = expected
             if measured != expected:
-                differs.append(_short(dtype))
+                differs.append(dtype_name(dtype))
         row["differs"] = ", ".join(differs) if differs else ""
         rows.append(row)
     return pd.DataFrame(rows)
@@ -199,7 +199,7 @@ def parameter_dtypes(model: torch.nn.Module) -> dict:
     """``{parameter name: dtype}``, to show that autocast leaves the FP32 master weights alone."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"parameter_dtypes expects an nn.Module, not a {type(model).__name__}.")
-    return {name: _short(p.dtype) for name, p in model.named_parameters()}
+    return {name: dtype_name(p.dtype) for name, p in model.named_parameters()}
 
 
 # ----------------------------------------------------------------------------- autocast state

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from amp_lessons.environment import dtype_name
+
 # ----------------------------------------------------------------------------- synchronisation
 
 
@@ -223,8 +225,6 @@ def item_overhead(step_fn, *, device, steps: int = 10, rounds: int = 5, max_seco
 # ----------------------------------------------------------------------------- tables, figures, conclusions
 
 
-def _dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def results_table(measurements, baseline: str | None = None):
@@ -450,7 +450,7 @@ def saved_tensor_report(model, loss_fn, inputs, targets, *, dtype=None):
                 kind = "weight copy cast by autocast"
             else:
                 kind = "activation"
-            rows.append((kind, _dtype_name(t.dtype), tensor_bytes(t)))
+            rows.append((kind, dtype_name(t.dtype), tensor_bytes(t)))
         return t
 
     device_type = inputs.device.type

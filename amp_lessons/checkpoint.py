@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from amp_lessons.environment import dtype_name
+
 FORMAT = "amp_lessons.checkpoint"
 INCIDENT_FORMAT = "amp_lessons.incident"
 VERSION = 1
@@ -84,7 +86,7 @@ class CheckpointError(ValueError):
 
 def _dtype_name(dtype) -> str:
     if isinstance(dtype, torch.dtype):
-        return str(dtype).replace("torch.", "")
+        return dtype_name(dtype)
     if isinstance(dtype, str):
         name = dtype.replace("torch.", "").strip()
         if isinstance(getattr(torch, name, None), torch.dtype):

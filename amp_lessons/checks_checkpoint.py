@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from amp_lessons.checkpoint import SimulatedDiskFull, capture_rng, restore_rng, simulated_failed_write
+from amp_lessons.environment import dtype_name, probe_autocast
 from amp_lessons.harness import call_learner, checker, describe_exception, failed, not_done, passed
 from amp_lessons.models import SensorClassifier, sensor_readings
 
@@ -48,13 +49,11 @@ SENTINELS = {
 
 @functools.lru_cache(maxsize=1)
 def _dtype() -> torch.dtype:
-    from amp_lessons.environment import probe_autocast
-
     return torch.float16 if probe_autocast(torch.device("cpu"), torch.float16)[0] else torch.bfloat16
 
 
 def _config() -> dict:
-    return {"dtype": str(_dtype()).replace("torch.", ""), "fp32_regions": ["head"], "max_norm": 1.0, "lr": 0.003}
+    return {"dtype": dtype_name(_dtype()), "fp32_regions": ["head"], "max_norm": 1.0, "lr": 0.003}
 
 
 def _fresh(seed: int):

@@ -12,16 +12,13 @@ import math
 
 import torch
 
+from amp_lessons.environment import dtype_name
 from amp_lessons.harness import LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.scaling import classify
 
 F16, BF16 = torch.float16, torch.bfloat16
 F16_TINY = 2.0**-24  # smallest FP16 subnormal
 F16_NORMAL = 2.0**-14  # smallest FP16 normal
-
-
-def _name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _log_uniform(n: int, low: float, high: float, seed: int, signed: bool = True) -> torch.Tensor:
@@ -83,7 +80,7 @@ def _fraction_cases():
     mixed = torch.cat([_log_uniform(1000, -35, 18, seed=4), torch.zeros(300),
                        torch.tensor([float("inf"), float("-inf"), float("nan")] * 50)])
     huge = torch.tensor([1e5, -1e5, 3e38, -3e38, 1e30, 7e4, -7e4, 1.0])
-    cases = [(f"log-uniform gradients 2^-40..2^20, random signs, {_name(F16)}, scale 2^{e}", spread, F16, 2.0**e)
+    cases = [(f"log-uniform gradients 2^-40..2^20, random signs, {dtype_name(F16)}, scale 2^{e}", spread, F16, 2.0**e)
              for e in (0, 8, 16, 24)]
     cases += [
         ("values at the rounding edges (2^-26, 2^-25, 1.5*2^-25, ..., 65510, 65519, 65520, 1e5), float16, scale 1",

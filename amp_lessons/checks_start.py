@@ -7,26 +7,13 @@ learner's function on real tensors in both autocast dtypes and names the usual f
 from __future__ import annotations
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from amp_lessons.autocast_policy import autocast_enabled, switch_autocast_off
+from amp_lessons.debugging import OpDtypeRecorder
 from amp_lessons.harness import call_learner, checker, failed, passed
 
-
-class _CastWatcher(TorchFunctionMode):
-    """Notices hand-made casts (``.half()``, ``.to(dtype)``) that would bypass autocast's policy."""
-
-    CASTS = ("half", "bfloat16", "float", "to", "type")
-
-    def __init__(self):
-        super().__init__()
-        self.casts = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        if name in self.CASTS:
-            self.casts.append(name)
-        return func(*args, **(kwargs or {}))
+# Tensor methods that cast by hand, bypassing autocast's per-op policy.
+HAND_CASTS = {"half", "bfloat16", "float", "to", "type"}
 
 
 @checker("00 warm-up: autocast_matmul")
@@ -36,9 +23,9 @@ def check_autocast_matmul(autocast_matmul):
     a = torch.randn(4, 3, generator=generator)
     b = torch.randn(3, 5, generator=generator)
     for dtype in (torch.bfloat16, torch.float16):
-        watcher = _CastWatcher()
-        with watcher:
+        with OpDtypeRecorder() as ops:
             got = call_learner(autocast_matmul, a.clone(), b.clone(), dtype)
+        casts = sorted({call.name for call in ops.calls} & HAND_CASTS)
         if not isinstance(got, torch.Tensor):
             return failed(f"autocast_matmul returned a {type(got).__name__}; return the tensor `a @ b`.")
         if autocast_enabled("cpu"):
@@ -46,9 +33,9 @@ def check_autocast_matmul(autocast_matmul):
             return failed("Autocast is still switched on after your function returned: use it as `with torch.autocast(...):`.")
         if got.shape != (4, 5):
             return failed(f"The result has shape {tuple(got.shape)}; a [4, 3] @ [3, 5] product is [4, 5].")
-        if watcher.casts and got.dtype == dtype:
+        if casts and got.dtype == dtype:
             return failed(
-                f"Your function casts by hand ({', '.join(sorted(set(watcher.casts)))}). Let autocast choose: "
+                f"Your function casts by hand ({', '.join(casts)}). Let autocast choose: "
                 "wrap the matmul in `with torch.autocast(device_type=a.device.type, dtype=dtype):`."
             )
         if got.dtype == torch.float32:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from amp_lessons.autocast_policy import autocast_dtype, autocast_enabled, switch_autocast_off
-from amp_lessons.environment import one_cpu_thread
+from amp_lessons.environment import dtype_name, one_cpu_thread
 from amp_lessons.harness import LearnerProblem, call_learner, checker, failed, not_done, passed
 from amp_lessons.models import TinyClassifier
 from amp_lessons.training import train_step as reference_train_step
@@ -58,8 +58,6 @@ def _close(a: float, b: float, rtol: float) -> bool:
     return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-30)
 
 
-def _short(dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _fmt_scale(scale: float) -> str:
@@ -339,7 +337,7 @@ def _diagnose(ref: CallRecord, got: CallRecord, scenario: Scenario, step_no: int
     if forward is not None:
         low_params |= {d for d in forward["param_dtypes"] if d != torch.float32}
     if low_params:
-        return (f"{where}: the model's parameters became {', '.join(sorted(_short(d) for d in low_params))} — "
+        return (f"{where}: the model's parameters became {', '.join(sorted(dtype_name(d) for d in low_params))} — "
                 "did you call .half() / .to(dtype) on the model? Keep FP32 master weights: autocast casts a copy "
                 "per op, the optimizer updates the FP32 weights (small updates survive), and GradScaler refuses "
                 "FP16 gradients ('Attempting to unscale FP16 gradients.').")
@@ -357,8 +355,8 @@ def _diagnose(ref: CallRecord, got: CallRecord, scenario: Scenario, step_no: int
         return (f"{where}: the forward pass did not run under autocast (the model ran in FP32). Wrap the forward "
                 "pass and the loss in `with torch.autocast(device_type=inputs.device.type, dtype=dtype):`.")
     if forward["dtype"] != scenario.dtype:
-        return (f"{where}: autocast ran in {_short(forward['dtype'])}, but train_step was called with "
-                f"dtype={_short(scenario.dtype)}. Pass it on: `torch.autocast(..., dtype=dtype)`.")
+        return (f"{where}: autocast ran in {dtype_name(forward['dtype'])}, but train_step was called with "
+                f"dtype={dtype_name(scenario.dtype)}. Pass it on: `torch.autocast(..., dtype=dtype)`.")
     loss_event = log.first("loss")
     if loss_event is None:
         if error:

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from amp_lessons.environment import dtype_name
 from amp_lessons.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.validation import Criteria, accuracy, decide, margins
 
@@ -92,7 +93,7 @@ def check_decide(decide_fn):
     """``decide_fn(scores, tie_tolerance) -> LongTensor [N]`` per the rules of exercise 04.1."""
     for scores, tolerance, expected, mistake in _DECIDE_CASES:
         given = scores.clone()  # the learner gets a copy: the cases must survive an in-place mistake
-        what = f"scores {scores.tolist()} ({str(scores.dtype).replace('torch.', '')}), tie_tolerance={tolerance}"
+        what = f"scores {scores.tolist()} ({dtype_name(scores.dtype)}), tie_tolerance={tolerance}"
         got = _as_decisions(_call_case(decide_fn, (given, tolerance), mistake), scores.shape[0], what)
         if not torch.allclose(given.float(), scores.float(), rtol=0, atol=0, equal_nan=True):
             return failed("decide changed the scores tensor it was given (an in-place operation such as "

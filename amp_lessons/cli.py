@@ -83,8 +83,7 @@ def cmd_grade(args) -> int:
     print()
     print(grade.summary(table))
     csv_path = Path(args.csv)
-    if csv_path.parent and not csv_path.parent.exists():
-        csv_path.parent.mkdir(parents=True, exist_ok=True)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv_path, index=False)
     print(f"\nWrote {csv_path} ({len(table)} rows).")
     return 0

@@ -34,6 +34,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from amp_lessons.autocast_policy import autocast_enabled
+from amp_lessons.environment import dtype_name
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
 ROOT_NAME = "(model)"
@@ -136,8 +137,6 @@ def tensor_stats(tensor: torch.Tensor) -> dict:
         }
 
 
-def _short_dtype(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _tensors(obj, depth: int = 0):
@@ -183,7 +182,7 @@ class _Recorder:
         stats = tensor_stats(tensor)
         checkpoint = Checkpoint(
             order=len(self.checkpoints) + 1, stage=stage, kind=kind, name=name, module=module,
-            dtype=_short_dtype(tensor.dtype), shape=tuple(tensor.shape), numel=tensor.numel(), leaf=leaf,
+            dtype=dtype_name(tensor.dtype), shape=tuple(tensor.shape), numel=tensor.numel(), leaf=leaf,
             note=note, **stats,
         )
         self.checkpoints.append(checkpoint)
@@ -298,7 +297,7 @@ class _Recorder:
         if named:
             total = sum(p.numel() for _, p in named)
             largest = max((tensor_stats(p)["max_abs"] for _, p in named), default=math.nan)
-            dtypes = sorted({_short_dtype(p.dtype) for _, p in named})
+            dtypes = sorted({dtype_name(p.dtype) for _, p in named})
             self.checkpoints.append(Checkpoint(
                 len(self.checkpoints) + 1, "update", "parameters", "", "", "/".join(dtypes), (total,), total,
                 0, 0, 0, largest, note=f"{len(named)} parameter tensors",
@@ -546,7 +545,7 @@ def find_first_nonfinite(model, optimizer, scaler, loss_fn, inputs, targets, *, 
     recorder.record_parameters()
     scale_after = float(scaler.get_scale()) if enabled else None
     loss_value = float(loss.detach().float()) if isinstance(loss, torch.Tensor) and loss.numel() == 1 else math.nan
-    return NonFiniteReport(recorder.checkpoints, loss_value, _short_dtype(dtype), device_type, scale_before,
+    return NonFiniteReport(recorder.checkpoints, loss_value, dtype_name(dtype), device_type, scale_before,
                            scale_after, enabled)
 
 
@@ -633,10 +632,10 @@ class OpDtypeRecorder(TorchFunctionMode):
         result = func(*args, **(kwargs or {}))
         if isinstance(result, torch.Tensor) and result.is_floating_point():
             name = getattr(func, "__name__", str(func))
-            inputs = tuple(_short_dtype(t.dtype) for t in _tensors((args, kwargs or {})))
+            inputs = tuple(dtype_name(t.dtype) for t in _tensors((args, kwargs or {})))
             with torch.no_grad():
                 finite = bool(torch.isfinite(result).all())
-            self.calls.append(OpCall(name, inputs, _short_dtype(result.dtype), autocast_enabled(self.device_type), finite,
+            self.calls.append(OpCall(name, inputs, dtype_name(result.dtype), autocast_enabled(self.device_type), finite,
                                      tuple(result.shape)))
         return result
 

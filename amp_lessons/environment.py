@@ -29,6 +29,11 @@ class SetupError(RuntimeError):
     """Raised when the environment cannot be used as asked (e.g. a GPU is required but missing)."""
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """'float16' for torch.float16: how the course prints a dtype in tables and messages."""
+    return str(dtype).replace("torch.", "")
+
+
 def torch_version_tuple(version: str | None = None) -> tuple[int, int]:
     """(major, minor) of a torch version string such as '2.14.1+cu130'."""
     text = (version or torch.__version__).split("+")[0]
@@ -124,7 +129,7 @@ def probe_autocast(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]
     except Exception as exc:  # an unsupported dtype raises on some builds
         return False, f"{type(exc).__name__}: {exc}".splitlines()[0]
     if out.dtype == dtype:
-        return True, "matmul ran in " + str(dtype).replace("torch.", "")
+        return True, "matmul ran in " + dtype_name(dtype)
     note = "; ".join(str(w.message).splitlines()[0] for w in caught) or "autocast left the matmul in " + str(out.dtype)
     return False, note
 
@@ -185,7 +190,7 @@ class Environment:
     @property
     def autocast_dtypes(self) -> list[torch.dtype]:
         """The autocast dtypes that really work here, in the order float16, bfloat16."""
-        return [d for d in AUTOCAST_DTYPES if self.autocast.get(str(d).replace("torch.", ""), (False,))[0]]
+        return [d for d in AUTOCAST_DTYPES if self.autocast.get(dtype_name(d), (False,))[0]]
 
     def rows(self) -> list[tuple[str, str]]:
         yes_no = {True: "yes", False: "no", None: "unknown"}
@@ -209,7 +214,7 @@ class Environment:
         return rows
 
     def summary_line(self) -> str:
-        dtypes = ", ".join(str(d).replace("torch.", "") for d in self.autocast_dtypes) or "none"
+        dtypes = ", ".join(dtype_name(d) for d in self.autocast_dtypes) or "none"
         where = self.device_name if self.is_gpu else "CPU only (no GPU visible): numerics are real, speed-ups are not"
         return f"Running on {self.device} ({where}); autocast dtypes that work here: {dtypes}."
 
@@ -245,7 +250,7 @@ def describe(device: torch.device, seed: int = 0) -> Environment:
         device_name = platform.processor() or platform.machine() or "CPU"
     autocast = {}
     for dtype in AUTOCAST_DTYPES:
-        autocast[str(dtype).replace("torch.", "")] = probe_autocast(device, dtype)
+        autocast[dtype_name(dtype)] = probe_autocast(device, dtype)
     return Environment(
         device=device,
         device_name=device_name,

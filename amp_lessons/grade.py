@@ -25,21 +25,23 @@ The result is one row per (learner file, exercise): ``status`` is one of ``passe
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
+import multiprocessing
 import os
 import re
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from amp_lessons import progress
-from amp_lessons.builder import repo_root
+from amp_lessons.builder import cell_source, repo_root
+from amp_lessons.harness import FAILED, NOT_DONE, PASSED
 
-PASSED = "passed"
-FAILED = "failed"
-NOT_DONE = "not done"
 NOT_ATTEMPTED = "not attempted"
 TIMED_OUT = "timed out"
 KERNEL_DIED = "kernel died"
@@ -53,13 +55,8 @@ CHECK_CALL = re.compile(r"\b(check_\w+)\s*\(")
 RESULT_TEXT = re.compile(r"^\[(PASS|FAIL|TODO)\] .*? — (?P<exercise>.+)$")
 
 
-def _source(cell) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)
-
-
 def _first_line(cell) -> str:
-    lines = [line.strip() for line in _source(cell).splitlines() if line.strip()]
+    lines = [line.strip() for line in cell_source(cell).splitlines() if line.strip()]
     return (lines[0][:50] + ("..." if len(lines[0]) > 50 else "")) if lines else ""
 
 
@@ -84,7 +81,7 @@ def called_checks(notebook: dict) -> list[str]:
     names = []
     for cell in notebook.get("cells", []):
         if cell.get("cell_type") == "code":
-            for name in CHECK_CALL.findall(_source(cell)):
+            for name in CHECK_CALL.findall(cell_source(cell)):
                 if name not in names:
                     names.append(name)
     return names
@@ -131,7 +128,7 @@ def _checks_in_raw_text(path: Path, checkers: dict[str, str]) -> list[str]:
     except OSError:
         return []
     labels = []
-    for name in re.findall(r"(check_\w+)\s*\(", text.replace("\\n", "\n")):  # JSON escapes newlines as \n
+    for name in CHECK_CALL.findall(text.replace("\\n", "\n")):  # JSON escapes newlines as \n
         label = checkers.get(name)
         if label and label not in labels:
             labels.append(label)
@@ -297,21 +294,14 @@ def grade(paths, timeout: float = 120.0, kernel_name: str = "python3", jobs: int
 
     notebooks = find_notebooks(paths)
     checkers = progress.known_checkers()
+    grade_one = functools.partial(grade_notebook, timeout=timeout, kernel_name=kernel_name, checkers=checkers)
     rows = []
-    if jobs > 1 and len(notebooks) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(grade_notebook, p, timeout, kernel_name, checkers) for p in notebooks]
-            for path, future in zip(notebooks, futures):
-                result = future.result()
-                rows += result
-                if on_notebook:
-                    on_notebook(path, result)
-    else:
-        for path in notebooks:
-            result = grade_notebook(path, timeout, kernel_name, checkers)
+    with contextlib.ExitStack() as stack:
+        results = map(grade_one, notebooks)
+        if jobs > 1 and len(notebooks) > 1:
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")))
+            results = pool.map(grade_one, notebooks)
+        for path, result in zip(notebooks, results):
             rows += result
             if on_notebook:
                 on_notebook(path, result)

@@ -2,8 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
+
+
+@contextlib.contextmanager
+def seeded_weights(seed: int | None):
+    """Initialise layers inside this block from ``seed``: the same weights whatever ran before, and the
+    caller's global random stream untouched. ``None`` draws from the global stream as usual."""
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield
+
+
+def normal_batch(n: int, in_features: int, out_features: int, seed: int, device="cpu"):
+    """A fixed regression batch ``(x, y)``: standard-normal inputs and targets from their own generator."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, in_features, generator=generator)
+    y = torch.randn(n, out_features, generator=generator)
+    return x.to(device), y.to(device)
 
 # ----------------------------------------------------------------------------- lesson 07: a step worth timing
 
@@ -177,9 +197,7 @@ class TinyAttentionClassifier(nn.Module):
 
     def __init__(self, features: int = 8, dim: int = 16, classes: int = 3, seed: int | None = None):
         super().__init__()
-        with torch.random.fork_rng(devices=[], enabled=seed is not None):  # seed: same weights, global RNG untouched
-            if seed is not None:
-                torch.manual_seed(seed)
+        with seeded_weights(seed):
             self.query = nn.Linear(features, dim)
             self.key = nn.Linear(features, dim)
             self.value = nn.Linear(features, dim)
@@ -221,9 +239,7 @@ class TextureNet(nn.Module):
 
     def __init__(self, features: int = 8, channels: int = 6, classes: int = 3, seed: int | None = None):
         super().__init__()
-        with torch.random.fork_rng(devices=[], enabled=seed is not None):  # seed: same weights, global RNG untouched
-            if seed is not None:
-                torch.manual_seed(seed)
+        with seeded_weights(seed):
             self.features = nn.Sequential(nn.Linear(features, channels), nn.ReLU())
             self.head = nn.Linear(channels * channels, classes)
 
@@ -266,8 +282,7 @@ class DeepSigmoidMLP(nn.Module):
     def __init__(self, in_features: int = 32, width: int = 64, depth: int = 7, out_features: int = 10, seed: int = 0):
         super().__init__()
         sizes = [in_features] + [width] * depth
-        with torch.random.fork_rng(devices=[]):  # same weights whatever ran before; the global stream is untouched
-            torch.manual_seed(seed)
+        with seeded_weights(seed):
             self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
             self.head = nn.Linear(width, out_features)
 
@@ -279,10 +294,7 @@ class DeepSigmoidMLP(nn.Module):
     @staticmethod
     def example_batch(n: int = 128, in_features: int = 32, out_features: int = 10, seed: int = 1, device="cpu"):
         """A fixed regression batch ``(x, y)``: standard-normal inputs and targets, from its own generator."""
-        generator = torch.Generator().manual_seed(seed)
-        x = torch.randn(n, in_features, generator=generator)
-        y = torch.randn(n, out_features, generator=generator)
-        return x.to(device), y.to(device)
+        return normal_batch(n, in_features, out_features, seed, device)
 
 
 class OutlierFeatureMLP(nn.Module):
@@ -299,8 +311,7 @@ class OutlierFeatureMLP(nn.Module):
     def __init__(self, in_features: int = 16, width: int = 64, out_features: int = 1, outliers: int = 4,
                  outlier_gain: float = 2.0**17, seed: int = 0):
         super().__init__()
-        with torch.random.fork_rng(devices=[]):  # same weights whatever ran before; the global stream is untouched
-            torch.manual_seed(seed)
+        with seeded_weights(seed):
             self.first = nn.Linear(in_features, width)
             self.norm = nn.LayerNorm(width)
             self.head = nn.Linear(width, out_features)
@@ -314,7 +325,4 @@ class OutlierFeatureMLP(nn.Module):
     @staticmethod
     def example_batch(n: int = 64, in_features: int = 16, out_features: int = 1, seed: int = 2, device="cpu"):
         """A fixed regression batch ``(x, y)`` from its own generator."""
-        generator = torch.Generator().manual_seed(seed)
-        x = torch.randn(n, in_features, generator=generator)
-        y = torch.randn(n, out_features, generator=generator)
-        return x.to(device), y.to(device)
+        return normal_batch(n, in_features, out_features, seed, device)

@@ -102,29 +102,17 @@ NOT_STARTED_STATE = "not started"
 
 
 def known_checkers() -> dict:
-    """``{check function name: exercise label}`` for every checker in ``amp_lessons.checks*`` modules.
+    """``{check function name: exercise label}`` for every checker ``amp_lessons.checks`` offers.
 
-    Each function made with ``amp_lessons.checks.checker`` carries its label as ``.exercise``. A lesson
-    module that fails to import (a half-finished lesson) is skipped rather than breaking the listing.
+    Each function made with ``amp_lessons.harness.checker`` carries its label as ``.exercise``.
     """
-    import importlib
-    import pkgutil
+    from amp_lessons import checks
 
-    import amp_lessons
-
-    found = {}
-    for info in sorted(pkgutil.iter_modules(amp_lessons.__path__), key=lambda i: i.name):
-        if not info.name.startswith("checks"):
-            continue
-        try:
-            module = importlib.import_module(f"amp_lessons.{info.name}")
-        except Exception:
-            continue
-        for name, value in vars(module).items():
-            label = getattr(value, "exercise", None)
-            if callable(value) and isinstance(label, str) and label:
-                found.setdefault(name, label)
-    return found
+    return {
+        name: value.exercise
+        for name, value in vars(checks).items()
+        if callable(value) and isinstance(getattr(value, "exercise", None), str) and value.exercise
+    }
 
 
 def exercise_sort_key(label: str):

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from amp_lessons.environment import dtype_name
+
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 CATEGORIES = ("zero", "subnormal", "normal", "inf")
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _check_dtype(dtype) -> torch.dtype:
