@@ -8,7 +8,7 @@ Start every notebook with::
     device = env.device
 """
 
-from amp_lessons.environment import Environment, SetupError, current_device, setup
+from amp_lessons.environment import Environment, SetupError, setup
 
-__all__ = ["Environment", "SetupError", "current_device", "setup"]
+__all__ = ["Environment", "SetupError", "setup"]
 __version__ = "0.1.0"

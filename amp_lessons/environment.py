@@ -22,8 +22,6 @@ import torch
 MIN_TORCH = (2, 4)
 AUTOCAST_DTYPES = (torch.float16, torch.bfloat16)
 
-_current_env: Environment | None = None
-
 
 class SetupError(RuntimeError):
     """Raised when the environment cannot be used as asked (e.g. a GPU is required but missing)."""
@@ -272,17 +270,7 @@ def setup(seed: int = 0) -> Environment:
     Every lesson starts with ``env = setup()`` and then uses ``env.device``, so the same code runs on a
     laptop CPU and on a GPU.
     """
-    global _current_env
-    device = pick_device()
-    seed_everything(seed)
-    env = describe(device, seed)
-    seed_everything(seed)  # the probes above must not shift the random streams a lesson sees
-    _current_env = env
+    env = describe(pick_device(), seed)
+    seed_everything(seed)  # after the probes, so nothing they do can shift the random streams a lesson sees
     return env
 
-
-def current_device() -> torch.device:
-    """The device chosen by the last ``setup()``; picks one (without seeding) if setup was not called."""
-    if _current_env is not None:
-        return _current_env.device
-    return pick_device()

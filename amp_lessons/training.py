@@ -10,7 +10,8 @@ import math
 import torch
 
 
-def train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torch.float16, max_norm=None):
+def train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torch.float16, max_norm=None,
+               guards=False, allow_overflow_skips=True):
     """One AMP step; returns the unscaled loss (a detached tensor).
 
     Why this order:
@@ -20,15 +21,22 @@ def train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torc
     - ``unscale_`` divides the gradients back *before* clipping, or ``max_norm`` would be compared with
       gradients that are ``scale`` times too large;
     - ``scaler.step`` skips the optimizer when any gradient is inf/NaN, and ``update`` adapts the scale.
+
+    ``guards=True`` adds the diagnostic guards of lesson 03 (see ``guarded_train_step``).
     """
     device_type = inputs.device.type
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast(device_type=device_type, dtype=dtype):
         outputs = model(inputs)
         loss = loss_fn(outputs, targets)
+    if guards:
+        _guard_loss(loss)
     scaler.scale(loss).backward()
+    if max_norm is not None or guards:
+        scaler.unscale_(optimizer)  # the guards must read true gradient values too
+    if guards:
+        _guard_gradients(model, optimizer, scaler, allow_overflow_skips)
     if max_norm is not None:
-        scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     scaler.step(optimizer)
     scaler.update()
@@ -40,18 +48,6 @@ def train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torc
 
 class NonFiniteError(FloatingPointError):
     """Raised by ``guarded_train_step`` when a guard sees inf/NaN; the message says where and at what scale."""
-
-
-def _total_grad_norm(parameters) -> torch.Tensor:
-    norms = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
-    if not norms:
-        return torch.zeros(())
-    return torch.linalg.vector_norm(torch.stack(norms))
-
-
-def _scale_text(scale: float) -> str:
-    exponent = math.log2(scale) if scale > 0 else 0.5
-    return f"2**{int(exponent)}" if exponent.is_integer() else f"{scale:.6g}"
 
 
 def guarded_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torch.float16, max_norm=None,
@@ -69,37 +65,43 @@ def guarded_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dt
     which makes the CPU wait for the GPU to finish everything queued so far (a synchronisation). That is
     cheap on a CPU and costly on a GPU; keep guards off whenever you time a training step (lesson 07).
     """
-    device_type = inputs.device.type
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(device_type=device_type, dtype=dtype):
-        outputs = model(inputs)
-        loss = loss_fn(outputs, targets)
-    if guards and not bool(torch.isfinite(loss.detach()).all()):  # synchronises on a GPU
+    return train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype, max_norm=max_norm,
+                      guards=guards, allow_overflow_skips=allow_overflow_skips)
+
+
+def _guard_loss(loss) -> None:
+    if not bool(torch.isfinite(loss.detach()).all()):  # synchronises on a GPU
         raise NonFiniteError(
             f"non-finite loss ({loss.item()}) before scaling: the forward pass itself produced inf/NaN, "
             "so look at the inputs and activations (lesson 05), not at the loss scale."
         )
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)  # always unscale here so the guards read true gradient values
-    if guards:
-        parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        total = _total_grad_norm(parameters)
-        if not bool(torch.isfinite(total)):  # synchronises on a GPU
-            bad = [name for name, p in model.named_parameters()
-                   if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
-            overflow = scaler.is_enabled()
-            if not (overflow and allow_overflow_skips):
-                raise NonFiniteError(
-                    f"non-finite gradients (total norm {total.item()}) in {', '.join(bad) or 'some parameters'} "
-                    f"at loss scale {_scale_text(scaler.get_scale())}"
-                    + (": with a GradScaler this is an overflow that scaler.step() would skip and update() would "
-                       "back off; it is expected while the scale calibrates, alarming if it keeps happening."
-                       if overflow else ": without loss scaling this step would write inf/NaN into the weights.")
-                )
-    if max_norm is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
 
 
+def _guard_gradients(model, optimizer, scaler, allow_overflow_skips: bool) -> None:
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    total = _total_grad_norm(parameters)
+    if bool(torch.isfinite(total)):  # synchronises on a GPU
+        return
+    overflow = scaler.is_enabled()
+    if overflow and allow_overflow_skips:
+        return
+    bad = [name for name, p in model.named_parameters() if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
+    raise NonFiniteError(
+        f"non-finite gradients (total norm {total.item()}) in {', '.join(bad) or 'some parameters'} "
+        f"at loss scale {_scale_text(scaler.get_scale())}"
+        + (": with a GradScaler this is an overflow that scaler.step() would skip and update() would "
+           "back off; it is expected while the scale calibrates, alarming if it keeps happening."
+           if overflow else ": without loss scaling this step would write inf/NaN into the weights.")
+    )
+
+
+def _total_grad_norm(parameters) -> torch.Tensor:
+    norms = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
+    if not norms:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(norms))
+
+
+def _scale_text(scale: float) -> str:
+    exponent = math.log2(scale) if scale > 0 else 0.5
+    return f"2**{int(exponent)}" if exponent.is_integer() else f"{scale:.6g}"
