@@ -23,10 +23,11 @@ What "honestly" means here, and why each rule exists:
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -44,13 +45,7 @@ def synchronize(device) -> None:
 
 def make_synchronizer(device):
     """A zero-argument ``sync()`` for ``device``: ``torch.cuda.synchronize`` on a GPU, a no-op on the CPU."""
-    device = torch.device(device)
-
-    def sync() -> None:
-        synchronize(device)
-
-    return sync
-
+    return functools.partial(synchronize, torch.device(device))
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -76,7 +71,6 @@ class Measurement:
     peak_memory_bytes: int | None = None  # GPU: peak allocated during the timed repeats (None on CPU)
     start_memory_bytes: int | None = None  # GPU: allocated before the timed repeats (weights, optimizer state)
     all_finite: bool | None = None  # checked after the timed region, never inside it
-    notes: list = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -159,7 +153,6 @@ def measure(step_fn, *, device, warmup: int = 3, repeats: int = 20, label: str =
             measurement.times.append(clock() - began)
             if _out_of_time(first, max_seconds, done, min_repeats):
                 break
-        measurement.notes.append("CPU: no per-variant memory counter; see saved_tensor_report()")
     measurement.all_finite = outputs_finite(outputs)
     return measurement
 
@@ -186,36 +179,25 @@ def _loop_once(step_fn, device, steps: int, item_each_step: bool) -> float:
     return (time.perf_counter() - began) / steps
 
 
-def time_loop(step_fn, *, device, steps: int = 10, rounds: int = 5, item_each_step: bool = False,
-              max_seconds: float | None = None) -> list:
-    """Seconds per step of a loop of ``steps`` calls, timed as a whole (host clock, one sync at the end).
-
-    Timing the loop as a whole is what shows the cost of a ``.item()`` per step on a GPU: without it the CPU
-    queues step k+1 while the GPU still runs step k; with it the CPU waits every step.
-    Returns one value per round (at least 2 rounds; fewer than ``rounds`` once ``max_seconds`` is used up).
-    """
-    return item_overhead(step_fn, device=device, steps=steps, rounds=rounds, max_seconds=max_seconds,
-                         variants=(item_each_step,))[0]
-
-
-def item_overhead(step_fn, *, device, steps: int = 10, rounds: int = 5, max_seconds: float | None = None,
-                  variants=(False, True)) -> list:
+def item_overhead(step_fn, *, device, steps: int = 10, rounds: int = 5, max_seconds: float | None = None) -> list:
     """Per-step seconds of loops without and with a ``loss.item()`` after every step: ``[without, with]``.
 
-    The rounds alternate (without, with, without, with, ...) so that a change in the machine's load during the
-    measurement hits both loops alike instead of biasing one of them.
+    Each loop of ``steps`` calls is timed as a whole (host clock, one sync at the end): that is what shows the
+    cost of a ``.item()`` per step on a GPU — without it the CPU queues step k+1 while the GPU still runs step k;
+    with it the CPU waits every step. The rounds alternate (without, with, without, with, ...) so that a change in
+    the machine's load during the measurement hits both loops alike instead of biasing one of them. Each list has
+    one value per round (at least 2; fewer than ``rounds`` once ``max_seconds`` is used up).
     """
     _check_int("steps", steps, 1)
     _check_int("rounds", rounds, 1)
     device = torch.device(device)
     step_fn()  # warm-up, both ways
-    if True in variants:
-        step_fn().item()
+    step_fn().item()
     synchronize(device)
-    results = [[] for _ in variants]
+    results = [[], []]
     first = time.perf_counter()
     for done in range(1, rounds + 1):
-        for bucket, item_each_step in zip(results, variants):
+        for bucket, item_each_step in zip(results, (False, True)):
             bucket.append(_loop_once(step_fn, device, steps, item_each_step))
         if _out_of_time(first, max_seconds, done, 2):
             break
@@ -223,8 +205,6 @@ def item_overhead(step_fn, *, device, steps: int = 10, rounds: int = 5, max_seco
 
 
 # ----------------------------------------------------------------------------- tables, figures, conclusions
-
-
 
 
 def results_table(measurements, baseline: str | None = None):
@@ -237,13 +217,14 @@ def results_table(measurements, baseline: str | None = None):
     base = _find(measurements, baseline)
     rows = []
     for m in measurements:
+        verdict, speedup = speed_verdict(base, m)
         rows.append({
             "variant": m.label,
             "median (ms)": round(m.median * 1e3, 3),
             "IQR (ms)": round(m.spread * 1e3, 3),
             "repeats": len(m.times),
-            f"speed-up vs {base.label}": round(base.median / m.median, 2) if m.median > 0 else float("nan"),
-            "verdict": "baseline" if m is base else speed_verdict(base, m)[0],
+            f"speed-up vs {base.label}": round(speedup, 2),
+            "verdict": "baseline" if m is base else verdict,
             "peak GPU memory (MiB)": "n/a (CPU)" if m.peak_memory_bytes is None else round(m.peak_memory_bytes / 2**20, 1),
             "outputs finite": m.all_finite,
         })
@@ -275,8 +256,7 @@ def plot_times(measurements, baseline: str | None = None, ax=None):
                yerr=[[median - m.q25 * 1e3], [m.q75 * 1e3 - median]], capsize=6)
         ax.scatter([i + 0.18 * ((k % 5) - 2) / 2 for k in range(len(m.times))], [t * 1e3 for t in m.times],
                    s=9, color="black", alpha=0.5, zorder=3)
-        ratio = base.median / m.median if m.median > 0 else float("nan")
-        ax.annotate(f"{median:.2f} ms\n×{ratio:.2f}", (i, max(max(m.times) * 1e3, m.q75 * 1e3)), xytext=(0, 4),
+        ax.annotate(f"{median:.2f} ms\n×{_speedup(base, m):.2f}", (i, max(max(m.times) * 1e3, m.q75 * 1e3)), xytext=(0, 4),
                     textcoords="offset points", ha="center", va="bottom", fontsize=9)
     ax.set_xticks(range(len(measurements)), [m.label for m in measurements])
     ax.set_ylabel("time per training step (ms)")
@@ -286,13 +266,17 @@ def plot_times(measurements, baseline: str | None = None, ax=None):
     return ax.figure
 
 
+def _speedup(baseline: Measurement, trial: Measurement) -> float:
+    return baseline.median / trial.median if trial.median > 0 else float("nan")
+
+
 def speed_verdict(baseline: Measurement, trial: Measurement, *, min_change: float = 0.05):
     """``("faster" | "slower" | "no clear difference", speed-up)`` of ``trial`` relative to ``baseline``.
 
     A difference is claimed only when the medians differ by more than ``min_change`` (5 %) *and* the
     interquartile ranges do not overlap: otherwise the run-to-run noise could explain it.
     """
-    speedup = baseline.median / trial.median if trial.median > 0 else float("nan")
+    speedup = _speedup(baseline, trial)
     if speedup > 1 + min_change and trial.q75 < baseline.q25:
         return "faster", speedup
     if speedup < 1 - min_change and trial.q25 > baseline.q75:

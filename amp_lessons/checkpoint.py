@@ -331,10 +331,6 @@ def save_checkpoint(path, model, optimizer, scaler, step: int, config) -> str:
 # ----------------------------------------------------------------------------------------------- read
 
 
-def _torch_load(path):
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def _first_line(exc: BaseException) -> str:
     """The informative line of a torch.load error (for weights_only refusals: the offending global)."""
     text = str(exc)
@@ -364,7 +360,7 @@ def read_checkpoint(path, expect_format: str = FORMAT) -> dict:
         raise CheckpointError(f"{path} is truncated ({size} bytes, the end of the archive is missing): an "
                               "interrupted, non-atomic save leaves exactly this. Use the previous checkpoint.")
     try:
-        payload = _torch_load(path)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         first = _first_line(exc)
         if "weights_only" in str(exc).lower() or "unsupported global" in str(exc).lower():
@@ -405,14 +401,16 @@ def _validate_model(payload, model) -> list[str]:
     if unexpected:
         problems.append(f"model: the checkpoint has entries this model does not: {unexpected[:5]}")
     for key, tensor in current.items():
-        value = saved.get(key)
-        if key in saved and not isinstance(value, torch.Tensor):
+        if key not in saved:
+            continue  # reported as missing above
+        value = saved[key]
+        if not isinstance(value, torch.Tensor):
             problems.append(f"model: {key} is a {type(value).__name__}, not a tensor")
-        elif key in saved and value.shape != tensor.shape:
+        elif value.shape != tensor.shape:
             problems.append(f"model: {key} has shape {_shape(value)} in the checkpoint, {_shape(tensor)} in this model")
-        elif key in saved and value.dtype != tensor.dtype:
+        elif value.dtype != tensor.dtype:
             problems.append(f"model: {key} is {value.dtype} in the checkpoint, {tensor.dtype} in this model")
-        elif key in saved and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        elif value.is_floating_point() and not bool(torch.isfinite(value).all()):
             problems.append(f"model: {key} contains NaN/inf: this is not a good checkpoint to resume from")
     return problems
 
@@ -640,7 +638,7 @@ def bitwise_report(reference, resumed, reference_losses, resumed_losses):
             diff = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
         else:
             diff = float((a.long() - b.long()).abs().max()) if a.numel() else 0.0
-        rows.append((what, "x".join(map(str, a.shape)) or "scalar", same, diff))
+        rows.append((what, _shape(a), same, diff))
 
     state_b = model_b.state_dict()
     for name, tensor in model_a.state_dict().items():
@@ -661,6 +659,7 @@ def bitwise_report(reference, resumed, reference_losses, resumed_losses):
     scale_a, scale_b = scaler_a.state_dict(), scaler_b.state_dict()
     rows.append(("GradScaler state", f"scale {scale_a.get('scale')} vs {scale_b.get('scale')}", scale_a == scale_b,
                  abs(scale_a.get("scale", 0) - scale_b.get("scale", 0))))
+
     def as_list(losses):
         return [losses[k] for k in sorted(losses)] if isinstance(losses, Mapping) else list(losses)
 
@@ -770,8 +769,8 @@ class Watchdog:
             if value is None:
                 continue
             tensor = torch.as_tensor(value).detach()
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                bad = int((~torch.isfinite(tensor)).sum())
+            bad = int((~torch.isfinite(tensor)).sum()) if tensor.is_floating_point() else 0
+            if bad:
                 return Trigger(step, NONFINITE, f"the {name} has {bad} NaN/inf value(s)" + (
                     f" (loss = {float(tensor.reshape(-1)[0])})" if name == "loss" and tensor.numel() == 1 else ""))
         if scale_before is not None and scale_after is not None:

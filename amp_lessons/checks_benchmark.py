@@ -22,7 +22,9 @@ import contextlib
 import io
 import math
 import numbers
+import statistics
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -138,11 +140,8 @@ def _all_close(got, want, **kw) -> bool:
 
 
 def _as_number(value):
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, torch.Tensor):
-        return None
-    if isinstance(value, numbers.Real):
+    """``value`` as a float when it is a plain real number (not a bool, not a tensor), else None."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, torch.Tensor)):
         return float(value)
     return None
 
@@ -150,8 +149,7 @@ def _as_number(value):
 def _describe_single(value: float, expected: list) -> str:
     total = sum(expected)
     mean = total / len(expected)
-    median = sorted(expected)[len(expected) // 2] if len(expected) % 2 else (
-        sum(sorted(expected)[len(expected) // 2 - 1: len(expected) // 2 + 1]) / 2)
+    median = statistics.median(expected)
     if _close(value, total, rel=0.02):
         return ("You returned one number, the TOTAL time of all timed calls. Return a list with one time per call "
                 "(seconds), e.g. `times.append(end - start)` inside the loop.")
@@ -198,17 +196,11 @@ def _judge(device: FakeDevice, result, warmup: int, repeats: int):
     if isinstance(result, torch.Tensor):
         return ("You returned a tensor; return a plain Python list of floats (seconds per call), "
                 f"e.g. `times.append(end - start)` with numbers from clock(). {where}")
-    if not isinstance(result, (list, tuple)):
-        try:
-            import numpy as np
-
-            is_array = isinstance(result, np.ndarray)
-        except ImportError:  # pragma: no cover
-            is_array = False
-        if not is_array:
-            return (f"time_step returned {type(result).__name__} ({str(result)[:60]!r}); return a list with one time "
-                    "in seconds per timed call. Did you forget `return times`?")
+    if isinstance(result, np.ndarray):
         result = result.reshape(-1).tolist()
+    if not isinstance(result, (list, tuple)):
+        return (f"time_step returned {type(result).__name__} ({str(result)[:60]!r}); return a list with one time "
+                "in seconds per timed call. Did you forget `return times`?")
     values = []
     for i, value in enumerate(result):
         number = _as_number(value)

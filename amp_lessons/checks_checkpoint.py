@@ -20,6 +20,7 @@ How the checks stay honest:
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import random
@@ -29,8 +30,14 @@ import tempfile
 import numpy as np
 import torch
 
-from amp_lessons.checkpoint import SimulatedDiskFull, capture_rng, restore_rng, simulated_failed_write
-from amp_lessons.environment import dtype_name, probe_autocast
+from amp_lessons.checkpoint import (
+    SimulatedDiskFull,
+    _first_line,
+    capture_rng,
+    restore_rng,
+    simulated_failed_write,
+)
+from amp_lessons.environment import dtype_name, probe_autocast, seed_everything
 from amp_lessons.harness import call_learner, checker, describe_exception, failed, not_done, passed
 from amp_lessons.models import SensorClassifier, sensor_readings
 
@@ -67,14 +74,9 @@ def _fresh(seed: int):
     return model, optimizer, scaler
 
 
-_DATA = None
-
-
+@functools.lru_cache(maxsize=1)
 def _data():
-    global _DATA
-    if _DATA is None:
-        _DATA = sensor_readings(128, seed=5, in_features=8, scale=1.0)
-    return _DATA
+    return sensor_readings(128, seed=5, in_features=8, scale=1.0)
 
 
 def _run(model, optimizer, scaler, steps: int) -> list:
@@ -92,12 +94,6 @@ def _run(model, optimizer, scaler, steps: int) -> list:
         losses.append(train_step(model, optimizer, scaler, torch.nn.functional.cross_entropy, inputs, labels[index],
                                  dtype=_dtype(), max_norm=1.0))
     return losses
-
-
-def _perturb_rng(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 # ------------------------------------------------------------------------------------------- scaffolding
@@ -150,17 +146,16 @@ class _Spy:
             self.loads.append(dict(kwargs))
             return real["load"](f, *args, **kwargs)
 
-        def replace(src, dst, *args, **kwargs):
-            self.moves.append((os.fspath(src), os.fspath(dst)))
-            return real["replace"](src, dst, *args, **kwargs)
+        def move(kind):
+            def record_move(src, dst, *args, **kwargs):
+                self.moves.append((os.fspath(src), os.fspath(dst)))
+                return real[kind](src, dst, *args, **kwargs)
 
-        def rename(src, dst, *args, **kwargs):
-            self.moves.append((os.fspath(src), os.fspath(dst)))
-            return real["rename"](src, dst, *args, **kwargs)
+            return record_move
 
         torch.save = torch.serialization.save = save
         torch.load = torch.serialization.load = load
-        os.replace, os.rename = replace, rename
+        os.replace, os.rename = move("replace"), move("rename")
         try:
             yield self
         finally:
@@ -252,9 +247,7 @@ def _weights_only_problem(path):
     try:
         torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        text = str(exc)
-        marker = text.find("Unsupported global")
-        detail = text[marker:].splitlines()[0].split(" was not")[0] if marker >= 0 else (text.splitlines() or [""])[0]
+        detail = _first_line(exc)
         hint = ""
         if "numpy" in detail.lower():
             hint = (" NumPy's RNG state (np.random.get_state()) holds a NumPy array: convert it, e.g. "
@@ -413,13 +406,13 @@ def check_resume(save_checkpoint, load_checkpoint):
     """Save after 6 steps, load into fresh objects, run 6 more: identical to the uninterrupted run, bit for bit."""
     with _preserved_rng(), _scratch() as (folder, cwd):
         config = _config()
-        _perturb_rng(11)
+        seed_everything(11)
         model, optimizer, scaler = _fresh(0)
         _run(model, optimizer, scaler, STEPS_BEFORE)
         path = os.path.join(folder, "run.ckpt")
         saved = {
             "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-            "optimizer": _clone(optimizer.state_dict()),
+            "optimizer": copy.deepcopy(optimizer.state_dict()),
             "scaler": dict(scaler.state_dict()),
             "rng": capture_rng(),
         }
@@ -433,10 +426,10 @@ def check_resume(save_checkpoint, load_checkpoint):
         # A new process would have fresh objects and different random states: imitate that.
         copy_path = os.path.join(folder, "copied.ckpt")
         shutil.copyfile(path, copy_path)
-        _perturb_rng(99)
+        seed_everything(99)
         model2, optimizer2, scaler2 = _fresh(1)
         fresh_scaler = dict(scaler2.state_dict())
-        _perturb_rng(1234)
+        seed_everything(1234)
         spy = _Spy()
         with spy.watching():
             result = call_learner(load_checkpoint, copy_path, model2, optimizer2, scaler2)
@@ -517,16 +510,6 @@ def check_resume(save_checkpoint, load_checkpoint):
         f"Step, config, AdamW state, GradScaler state (scale {saved['scaler']['scale']:g}, growth tracker "
         f"{saved['scaler']['_growth_tracker']}) and the Python/NumPy/torch RNG states all round-tripped."
     )
-
-
-def _clone(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clone(v) for v in value]
-    return value
 
 
 def _short(value) -> str:

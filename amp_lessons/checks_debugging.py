@@ -6,6 +6,8 @@ Both run on the CPU with small, deterministic models whose float16 overflow is c
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,26 +21,10 @@ from amp_lessons.models import TextureNet, texture_batch
 # --------------------------------------------------------------------------------------------------
 
 
-class _Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(4, 8)
-        self.fc2 = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
-class _Nested(nn.Module):
+def _nested():
     """The overflow is inside a block: the answer is 'block.fc2', not the block."""
-
-    def __init__(self):
-        super().__init__()
-        self.block = _Block()
-        self.out = nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.out(self.block(x))
+    block = nn.Sequential(OrderedDict(fc1=nn.Linear(4, 8), relu=nn.ReLU(), fc2=nn.Linear(8, 8)))
+    return nn.Sequential(OrderedDict(block=block, out=nn.Linear(8, 2)))
 
 
 class _DefinedBackwards(nn.Module):
@@ -83,7 +69,7 @@ def _finder_cases():
 
         sequential = build(1, lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(),
                                                     nn.Linear(8, 2)))
-        nested = build(2, _Nested)
+        nested = build(2, _nested)
         backwards = build(3, _DefinedBackwards)
         inf_then_nan = build(4, lambda: nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4), nn.Linear(4, 2)))
         inline = build(5, _InlineMatmul)
@@ -106,14 +92,12 @@ def _finder_cases():
     ]
 
 
-def _outputs_in_finish_order(model, inputs, dtype, *, autocast=True, leaves_only=False, top_only=False):
+def _outputs_in_finish_order(model, inputs, dtype, *, autocast=True, top_only=False):
     """[(name, output)] in the order modules finished their forward (the reference and the mistake oracles)."""
     seen = []
     children = {id(m) for m in model.children()}
     handles = []
     for name, module in model.named_modules():
-        if leaves_only and next(module.children(), None) is not None:
-            continue
         if top_only and id(module) not in children:
             continue
         handles.append(module.register_forward_hook(lambda m, a, out, name=name: seen.append((name, out))))
@@ -127,22 +111,19 @@ def _outputs_in_finish_order(model, inputs, dtype, *, autocast=True, leaves_only
 
 
 def _first(pairs, test=lambda t: not bool(torch.isfinite(t).all())):
+    """The first name in ``pairs`` whose output is a tensor that passes ``test`` (default: non-finite)."""
     return next((name for name, out in pairs if isinstance(out, torch.Tensor) and test(out)), None)
 
 
 def _last(pairs):
     """The last non-finite output of a submodule (the model itself, '', is handled on its own)."""
-    bad = [name for name, out in pairs
-           if name and isinstance(out, torch.Tensor) and not bool(torch.isfinite(out).all())]
-    return bad[-1] if bad else None
+    return _first([(name, out) for name, out in reversed(pairs) if name])
 
 
 def _definition_order(model, pairs):
+    """The first non-finite submodule output, scanning modules in the order they are defined."""
     outputs = dict(pairs)
-    for name, _ in model.named_modules():
-        if name and name in outputs and not bool(torch.isfinite(outputs[name]).all()):
-            return name
-    return None
+    return _first([(name, outputs[name]) for name, _ in model.named_modules() if name and name in outputs])
 
 
 def _mistake_answers(model, inputs, dtype):
@@ -342,7 +323,7 @@ def check_texture_forward(texture_forward):
         if gram is not None and gram.output_dtype == "bfloat16":
             return failed(_BF16_MESSAGE)
         if got.dtype != torch.float32 or not torch.allclose(got.detach().float(), reference, rtol=1e-4, atol=1e-3):
-            hid = sorted({c.name for c in recorder.calls if c.name in _HIDING_OPS})
+            hid = _hiding_ops(recorder)
             if hid:
                 return failed(_hiding_message(hid) + " Even in float32 your clamping changes the Gram entries above "
                               "65504, which are perfectly valid there.")
@@ -358,7 +339,7 @@ def check_texture_forward(texture_forward):
             return failed("Under autocast texture_forward did not return the [batch, classes] logits tensor.")
         gram = _gram_call(recorder, batch, channels)
         finite = bool(torch.isfinite(got).all())
-        hid = sorted({c.name for c in recorder.calls if c.name in _HIDING_OPS})
+        hid = _hiding_ops(recorder)
         if module_dtypes.get("features") == torch.float32:
             return failed(
                 "Your whole forward ran in float32: `model.features` produced float32 although it is a Linear "
@@ -434,6 +415,11 @@ def check_texture_forward(texture_forward):
         "Only the Gram product runs in float32; features and head still run in float16; the logits are finite, match "
         "the FP32 reference, and a training step through your forward is finite."
     )
+
+
+def _hiding_ops(recorder) -> list:
+    """The ops that hide an overflow (clamp, nan_to_num, where, ...) the learner's forward called, sorted."""
+    return sorted({c.name for c in recorder.calls if c.name in _HIDING_OPS})
 
 
 def _hiding_message(hid) -> str:

@@ -13,12 +13,10 @@ import math
 import torch
 
 from amp_lessons.environment import dtype_name
-from amp_lessons.harness import LearnerProblem, call_learner, checker, failed, passed, stop
-from amp_lessons.scaling import classify
+from amp_lessons.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.scaling import classify, flat_values, limits
 
 F16, BF16 = torch.float16, torch.bfloat16
-F16_TINY = 2.0**-24  # smallest FP16 subnormal
-F16_NORMAL = 2.0**-14  # smallest FP16 normal
 
 
 def _log_uniform(n: int, low: float, high: float, seed: int, signed: bool = True) -> torch.Tensor:
@@ -37,7 +35,7 @@ def _call(fn, case: str, *args):
     try:
         return call_learner(fn, *args)
     except LearnerProblem as problem:
-        if problem.result.status == "failed":
+        if problem.result.status == FAILED:
             problem.result.message += f"\n(This happened on the input: {case}.)"
         raise
 
@@ -58,6 +56,43 @@ def _as_float(value, what: str) -> float:
 
 def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # a float32 mean() is fine
+
+
+def _run_cases(cases: list, answer, oracle):
+    """``answer(*case)`` for every case, then the oracle up to the first disagreement.
+
+    Returns ``(answers, first_wrong, expected)``: the learner's answers in case order, the index of the first
+    one the oracle disagrees with (None when all agree) and the oracle's answer for it.
+    """
+    answers = [answer(*case) for case in cases]
+    for index, case in enumerate(cases):
+        expected = oracle(*case[1:])
+        if not _matches(answers[index], expected):
+            return answers, index, expected
+    return answers, None, None
+
+
+def _explain(answers: list, cases: list, mistakes: dict, first_wrong: int):
+    """The mistake that reproduces the learner's answer on the first wrong input (and on most others)."""
+    best, best_score = None, -1
+    for wrong, explanation in mistakes.values():
+        try:
+            if not _matches(wrong(*cases[first_wrong][1:]), answers[first_wrong]):
+                continue
+            score = 1 + sum(_matches(wrong(*case[1:]), answers[i]) for i, case in enumerate(cases) if i != first_wrong)
+        except Exception:  # a wrong variant may not apply to some input; it then explains nothing
+            continue
+        if score > best_score:
+            best, best_score = explanation, score
+    return best
+
+
+def _matches(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, tuple):
+        return all(_same(float(x), float(y)) for x, y in zip(a, b))
+    return _same(float(a), float(b))
 
 
 # ----------------------------------------------------------------------------- 02.1 lost_fractions
@@ -126,24 +161,24 @@ def _fraction_mistakes():
 
     def thresholds(g, dtype, scale):
         g = _finite_nonzero(g)
-        info = torch.finfo(dtype)
+        fmt = limits(dtype)
         s = (g * scale).abs()
-        return ratio(s < info.smallest_normal * info.eps, g.numel()), ratio(s > info.max, g.numel())
+        return ratio(s < fmt.smallest_subnormal, g.numel()), ratio(s > fmt.max, g.numel())
 
     def shifted(g, dtype, scale, under_factor=None, over=None):
         g = _finite_nonzero(g)
-        info = torch.finfo(dtype)
+        fmt = limits(dtype)
         s = g * scale
         c = s.to(dtype)
-        under = c == 0 if under_factor is None else s.abs() < info.smallest_normal * info.eps * under_factor
-        overflow = torch.isinf(c) if over is None else s.abs() >= over(info)
+        under = c == 0 if under_factor is None else s.abs() < fmt.smallest_subnormal * under_factor
+        overflow = torch.isinf(c) if over is None else s.abs() >= over(fmt)
         return ratio(under, g.numel()), ratio(overflow, g.numel())
 
     def no_abs(g, dtype, scale):
         g = _finite_nonzero(g)
-        info = torch.finfo(dtype)
+        fmt = limits(dtype)
         s = g * scale
-        return ratio(s < info.smallest_normal * info.eps, g.numel()), ratio(s > info.max, g.numel())
+        return ratio(s < fmt.smallest_subnormal, g.numel()), ratio(s > fmt.max, g.numel())
 
     def positive_inf_only(g, dtype, scale):
         g = _finite_nonzero(g)
@@ -203,7 +238,7 @@ def _fraction_mistakes():
         "2^-25": (lambda g, d, s: shifted(g, d, s, under_factor=0.5),
                   "Off by one in the exponent: you compared with 2^-25, but exactly 2^-25 is a tie that rounds to 0 "
                   "(ties go to the even neighbour, 0). Cast and test `== 0` instead of comparing."),
-        "65536": (lambda g, d, s: shifted(g, d, s, over=lambda i: 2.0 ** math.ceil(math.log2(i.max))),
+        "65536": (lambda g, d, s: shifted(g, d, s, over=lambda fmt: 2.0 ** math.ceil(math.log2(fmt.max))),
                   "You used 2^16 = 65536 as FP16's overflow limit, but values from 65520 up already round to inf (the "
                   "largest FP16 number is 65504). Cast and test `torch.isinf` instead."),
         "no abs": (no_abs,
@@ -238,51 +273,29 @@ def _get_pair(fn, case, grad, dtype, scale):
     return tuple(_as_float(v, f"Part {i} of the result") for i, v in enumerate(got))
 
 
-def _explain(answers: dict, cases: list, mistakes: dict, first_wrong: int):
-    """The mistake that reproduces the learner's answer on the first wrong input (and on most others)."""
-    best, best_score = None, -1
-    for _key, (wrong, explanation) in mistakes.items():
-        try:
-            if not _matches(wrong(*cases[first_wrong][1:]), answers[first_wrong]):
-                continue
-            score = sum(_matches(wrong(*case[1:]), answers[i]) for i, case in enumerate(cases) if i in answers)
-        except Exception:  # a wrong variant may not apply to some input; it then explains nothing
-            continue
-        if score > best_score:
-            best, best_score = explanation, score
-    return best
-
-
-def _matches(a, b) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, tuple):
-        return all(_same(float(x), float(y)) for x, y in zip(a, b))
-    return _same(float(a), float(b))
+def _fraction_answer(fn, case, grad, dtype, scale):
+    got = _get_pair(fn, case, grad, dtype, scale)
+    if any(math.isnan(v) for v in got):
+        stop(f"Your function returned NaN on {case}. Return fractions between 0 and 1.")
+    return got
 
 
 @checker("02.1 lost_fractions")
 def check_lost_fractions(lost_fractions):
     """``lost_fractions(grad, dtype, scale) -> (underflow, overflow)`` as defined in the exercise."""
     cases = _fraction_cases()
-    answers, first_wrong = {}, None
-    for index, (case, grad, dtype, scale) in enumerate(cases):
-        got = _get_pair(lost_fractions, case, grad, dtype, scale)
-        if any(math.isnan(v) for v in got):
-            return failed(f"Your function returned NaN on {case}. Return fractions between 0 and 1.")
-        answers[index] = got
-        if first_wrong is None and not _matches(got, _oracle_fractions(grad, dtype, scale)):
-            first_wrong = index
+    answers, first_wrong, expected = _run_cases(
+        cases, lambda *case: _fraction_answer(lost_fractions, *case), _oracle_fractions)
     if first_wrong is not None:
         case, grad, dtype, scale = cases[first_wrong]
-        expected = _oracle_fractions(grad, dtype, scale)
         detail = [f"input: {case}", f"expected (underflow, overflow) = ({expected[0]:.6g}, {expected[1]:.6g})",
                   f"yours = ({answers[first_wrong][0]:.6g}, {answers[first_wrong][1]:.6g})"]
-        explanation = _explain(answers, cases, _fraction_mistakes(), first_wrong)
+        mistakes = _fraction_mistakes()
+        explanation = _explain(answers, cases, mistakes, first_wrong)
         if explanation is None:
             flipped = _get_pair(lost_fractions, f"{case}, with every sign flipped", -grad, dtype, scale)
             if not _matches(flipped, answers[first_wrong]):
-                explanation = _fraction_mistakes()["no abs"][1]
+                explanation = mistakes["no abs"][1]
                 detail.append(f"the same values with their signs flipped gave ({flipped[0]:.6g}, {flipped[1]:.6g})")
         if explanation is None:
             explanation = ("Your fractions differ from the definition. Keep the nonzero finite values, compute "
@@ -309,8 +322,7 @@ def check_lost_fractions(lost_fractions):
 
 
 def _oracle_scale(grads, dtype, max_exponent):
-    flat = [g.detach().reshape(-1).float() for g in grads]
-    values = torch.cat(flat) if flat else torch.zeros(0)
+    values = flat_values(grads)
     if not bool(torch.isfinite(values).all()):
         return None
     amax = values.abs().max() if values.numel() else torch.tensor(0.0)
@@ -366,17 +378,12 @@ def _special_scale_cases():
 def _scale_mistakes():
     """name -> (wrong implementation, explanation); each takes (grads, dtype, max_exponent)."""
 
-    def flat(grads):
-        return torch.cat([g.reshape(-1).float() for g in grads]) if grads else torch.zeros(0)
-
-    def finite(grads):
-        return bool(torch.isfinite(flat(grads)).all())
-
     def by_limit(grads, dtype, max_exponent, limit):
         """largest k <= max_exponent with amax * 2^k < limit (a threshold test instead of the cast)."""
-        if not finite(grads):
+        values = flat_values(grads)
+        if not bool(torch.isfinite(values).all()):
             return None
-        amax = float(flat(grads).abs().max()) if flat(grads).numel() else 0.0
+        amax = float(values.abs().max()) if values.numel() else 0.0
         if amax == 0:
             return 2.0**max_exponent
         k = math.floor(math.log2(limit / amax))
@@ -391,8 +398,8 @@ def _scale_mistakes():
         return None if answer is None else answer * factor
 
     def signed_max(grads, dtype, max_exponent):
-        values = flat(grads)
-        if not finite(grads):
+        values = flat_values(grads)
+        if not bool(torch.isfinite(values).all()):
             return None
         top = float(values.max()) if values.numel() else 0.0
         if top <= 0:
@@ -450,19 +457,18 @@ def _check_scale_value(got, case):
     return value
 
 
+def _scale_answer(fn, case, grads, dtype, max_exponent):
+    return _check_scale_value(_call(fn, case, [g.clone() for g in grads], dtype, max_exponent), case)
+
+
 @checker("02.2 largest_safe_scale")
 def check_largest_safe_scale(largest_safe_scale):
     """``largest_safe_scale(grads, dtype, max_exponent) -> float | None`` as defined in the exercise."""
     cases = _scale_cases()
-    answers, first_wrong = {}, None
-    for index, (case, grads, dtype, max_exponent) in enumerate(cases):
-        got = _check_scale_value(_call(largest_safe_scale, case, [g.clone() for g in grads], dtype, max_exponent), case)
-        answers[index] = got
-        if first_wrong is None and not _matches(got, _oracle_scale(grads, dtype, max_exponent)):
-            first_wrong = index
+    answers, first_wrong, expected = _run_cases(
+        cases, lambda *case: _scale_answer(largest_safe_scale, *case), _oracle_scale)
     if first_wrong is not None:
-        case, grads, dtype, max_exponent = cases[first_wrong]
-        expected = _oracle_scale(grads, dtype, max_exponent)
+        case = cases[first_wrong][0]
         got = answers[first_wrong]
         detail = [f"input: {case}", f"expected 2^{int(math.log2(expected))} = {expected:g}",
                   "yours: None" if got is None else f"yours: 2^{math.log2(got):g} = {got:g}"]
@@ -477,14 +483,14 @@ def check_largest_safe_scale(largest_safe_scale):
         return failed(explanation, detail)
     special = _special_scale_cases()
     for case, grads, dtype, max_exponent in special["inf"]:
-        got = _check_scale_value(_call(largest_safe_scale, case, [g.clone() for g in grads], dtype, max_exponent), case)
+        got = _scale_answer(largest_safe_scale, case, grads, dtype, max_exponent)
         if got is not None:
             return failed(f"On {case} you returned {got:g}. When a gradient is already inf or NaN no loss scale can "
                           "make it finite: return None (skip this step and look for the cause). Lowering the scale "
                           "further is what GradScaler does, and it only helps when the scale caused the overflow.")
     for case, grads, dtype, max_exponent in special["zero"]:
         try:
-            got = _check_scale_value(_call(largest_safe_scale, case, [g.clone() for g in grads], dtype, max_exponent), case)
+            got = _scale_answer(largest_safe_scale, case, grads, dtype, max_exponent)
         except LearnerProblem as problem:
             problem.result.message += (" With no nonzero gradient nothing can overflow: return the cap "
                                        "2.0**max_exponent (log2 of 0 or max() of nothing must not be reached).")

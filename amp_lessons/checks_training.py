@@ -28,24 +28,21 @@ from torch import nn
 
 from amp_lessons.autocast_policy import autocast_dtype, autocast_enabled, switch_autocast_off
 from amp_lessons.environment import dtype_name, one_cpu_thread
-from amp_lessons.harness import LearnerProblem, call_learner, checker, failed, not_done, passed
-from amp_lessons.models import TinyClassifier
+from amp_lessons.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed
+from amp_lessons.models import TinyClassifier, seeded_weights
+from amp_lessons.training import _scale_text as _fmt_scale  # '2**10' for powers of two
+from amp_lessons.training import _total_grad_norm
 from amp_lessons.training import train_step as reference_train_step
 
-DEVICE = torch.device("cpu")
+DEVICE_TYPE = "cpu"  # every scenario runs on the CPU, whatever the learner's machine has
 
 
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-
-
 def grad_norm(parameters) -> float:
     """Total 2-norm of the gradients (missing gradients count as zero); inf/NaN stay visible."""
-    norms = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
-    if not norms:
-        return 0.0
-    return float(torch.linalg.vector_norm(torch.stack(norms)))
+    return float(_total_grad_norm(parameters))
 
 
 def _grads_all_zero(parameters) -> bool:
@@ -58,14 +55,6 @@ def _close(a: float, b: float, rtol: float) -> bool:
     return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-30)
 
 
-
-
-def _fmt_scale(scale: float) -> str:
-    if scale > 0 and math.log2(scale).is_integer():
-        return f"2**{int(math.log2(scale))}"
-    return f"{scale:.6g}"
-
-
 # ------------------------------------------------------------------------------------- recording objects
 
 
@@ -75,7 +64,6 @@ class Log:
     def __init__(self):
         self.events: list = []
         self.inside_scaler_step = False  # optimizer.step() called by scaler.step() vs. by the learner
-        self.last_loss = None
 
     def add(self, name: str, **info) -> dict:
         event = {"name": name, **info}
@@ -107,7 +95,7 @@ class _OutputProbe(torch.autograd.Function):
         finite = bool(torch.isfinite(g).all())
         watched.log.add(
             "backward",
-            autocast=autocast_enabled(watched.device_type),
+            autocast=autocast_enabled(DEVICE_TYPE),
             grad_absmax=float(g.abs().max()) if finite else float("inf"),
             finite=finite,
             stale=not _grads_all_zero(watched.parameters()),
@@ -118,19 +106,18 @@ class _OutputProbe(torch.autograd.Function):
 class WatchedModel(nn.Module):
     """The model handed to the learner: a TinyClassifier whose forward records the autocast state and dtypes."""
 
-    def __init__(self, log: Log, device_type: str = "cpu", seed: int = 0):
+    def __init__(self, log: Log, seed: int = 0):
         super().__init__()
-        torch.manual_seed(seed)
-        self.core = TinyClassifier()
+        with seeded_weights(seed):
+            self.core = TinyClassifier()
         self.log = log
-        self.device_type = device_type
 
     def forward(self, x):
         self.log.add(
             "forward",
-            autocast=autocast_enabled(self.device_type),
-            autocast_cuda=self.device_type != "cuda" and autocast_enabled("cuda"),
-            dtype=autocast_dtype(self.device_type),
+            autocast=autocast_enabled(DEVICE_TYPE),
+            autocast_cuda=autocast_enabled("cuda"),
+            dtype=autocast_dtype(DEVICE_TYPE),
             param_dtypes={p.dtype for p in self.parameters()},
         )
         return _OutputProbe.apply(self.core(x), self)
@@ -139,15 +126,12 @@ class WatchedModel(nn.Module):
 class WatchedLoss:
     """Cross-entropy that records whether autocast was on when the loss was computed."""
 
-    def __init__(self, log: Log, device_type: str = "cpu"):
+    def __init__(self, log: Log):
         self.log = log
-        self.device_type = device_type
 
     def __call__(self, outputs, targets):
-        self.log.add("loss", autocast=autocast_enabled(self.device_type))
-        loss = F.cross_entropy(outputs, targets)
-        self.log.last_loss = loss
-        return loss
+        self.log.add("loss", autocast=autocast_enabled(DEVICE_TYPE))
+        return F.cross_entropy(outputs, targets)
 
 
 class RecordingSGD(torch.optim.SGD):
@@ -170,15 +154,14 @@ class RecordingScaler(torch.amp.GradScaler):
     """A real GradScaler that records each public call (before doing it, so the record survives its errors)."""
 
     def __init__(self, log: Log, **kwargs):
-        super().__init__("cpu", **kwargs)
+        super().__init__(DEVICE_TYPE, **kwargs)
         self._log = log
 
     def _params(self, optimizer):
         return [p for group in optimizer.param_groups for p in group["params"]]
 
     def scale(self, outputs):
-        loss = self._log.last_loss
-        self._log.add("scale", autocast=autocast_enabled("cpu"), of_loss=outputs is loss)
+        self._log.add("scale")
         return super().scale(outputs)
 
     def unscale_(self, optimizer):
@@ -202,13 +185,8 @@ class RecordingScaler(torch.amp.GradScaler):
             self._log.inside_scaler_step = False
 
     def update(self, new_scale=None):
-        self._log.add("update", new_scale=new_scale)
+        self._log.add("update")
         return super().update(new_scale)
-
-    def get_scale(self):
-        if not self._log.inside_scaler_step:
-            self._log.add("get_scale")
-        return super().get_scale()
 
 
 # ------------------------------------------------------------------------------------------- scenarios
@@ -273,7 +251,6 @@ class _Run:
     def call(self, fn, index: int, learner: bool) -> CallRecord:
         self.log = self.model.log = self.loss_fn.log = self.optimizer._log = self.scaler._log = Log()
         record = CallRecord(self.log, scale_before=self.scaler.get_scale())
-        self.log.events.clear()  # get_scale() above is ours, not the learner's
         inputs, targets = self.batches[index]
         original_init = torch.amp.GradScaler.__init__
 
@@ -295,8 +272,7 @@ class _Run:
                 record.problem = problem
             finally:
                 torch.amp.GradScaler.__init__ = original_init
-                self.log.inside_scaler_step = False
-                record.autocast_left_on = autocast_enabled("cpu") or autocast_enabled("cuda")
+                record.autocast_left_on = autocast_enabled(DEVICE_TYPE) or autocast_enabled("cuda")
                 if record.autocast_left_on:
                     switch_autocast_off()
         record.warnings = [str(w.message) for w in caught]
@@ -311,16 +287,12 @@ class _Run:
 # ------------------------------------------------------------------------------------------- diagnosis
 
 
-def _problem_message(record: CallRecord) -> str:
-    return record.problem.result.message if record.problem is not None else ""
-
-
 def _diagnose(ref: CallRecord, got: CallRecord, scenario: Scenario, step_no: int) -> str | None:
     """The named mistake in ``got`` (the learner's call), judged against ``ref``; None when it matches."""
     log = got.log
     names = log.names()
     where = f"In {scenario.title}" + (f", call {step_no + 1}" if scenario.steps > 1 else "")
-    error = _problem_message(got)
+    error = got.problem.result.message if got.problem is not None else ""
     text = " ".join(got.warnings) + " " + error
     lower = text.lower()
 
@@ -460,11 +432,14 @@ def _after(log: Log, first: str, then: str) -> bool:
     return any(i > last_then for i, n in enumerate(names) if n == first)
 
 
+def _norm_used(step: dict) -> float:
+    """The gradient norm the optimizer uses in a ``scaler.step`` event: step() unscales first when the learner has not."""
+    return step["norm"] if step["unscaled"] else step["norm"] / step["scale"]
+
+
 def _diagnose_clipping(ref: CallRecord, got: CallRecord, scenario: Scenario, where: str) -> str | None:
     ref_step, step = ref.log.first("scaler.step"), got.log.first("scaler.step")
-    # the gradient norm the optimizer will use: step() unscales first when the learner has not
-    used = step["norm"] if step["unscaled"] else step["norm"] / step["scale"]
-    expected = ref_step["norm"] if ref_step["unscaled"] else ref_step["norm"] / ref_step["scale"]
+    used, expected = _norm_used(step), _norm_used(ref_step)
     if not (math.isfinite(expected) and math.isfinite(used)):
         return None  # an overflowing step: judged by what happened to the parameters and the scale
     if _close(used, expected, 0.02):
@@ -475,13 +450,13 @@ def _diagnose_clipping(ref: CallRecord, got: CallRecord, scenario: Scenario, whe
                     "would log or guard on), and get_scale() synchronises with the GPU every step. Call "
                     "`scaler.unscale_(optimizer)` and clip the true gradients with the plain `max_norm`.")
         return None
-    unclipped = got.log.first("unscale_")
+    unscaled_too = got.log.first("unscale_") is not None  # yet the norm says it clipped the scaled gradients
     if scenario.max_norm is None:
         return (f"{where}: max_norm is None, which means no clipping, but the gradient norm the optimizer used was "
                 f"{used:.4g} instead of {expected:.4g}. Clip only `if max_norm is not None:`.")
     scale = step["scale"]
     if _close(used, scenario.max_norm / scale, 0.05):
-        if unclipped is not None:
+        if unscaled_too:
             return (f"{where}: you clipped before scaler.unscale_(). clip_grad_norm_ saw gradients {_fmt_scale(scale)} "
                     f"times too large and cut them to norm {scenario.max_norm}; after unscaling the update had norm "
                     f"{used:.3g}, {_fmt_scale(scale)} times smaller than intended. Call unscale_ first, then clip.")
@@ -510,7 +485,7 @@ def _diagnose_results(ref: CallRecord, got: CallRecord, scenario: Scenario, wher
     if not _close(got.scale_after, ref.scale_after, 1e-6):
         return (f"{where}: the loss scale after the step is {_fmt_scale(got.scale_after)}; the reference step leaves "
                 f"{_fmt_scale(ref.scale_after)}. Call scaler.update() exactly once, after scaler.step(optimizer).")
-    skipped = not any(e["name"] == "optimizer.step" for e in ref.log.events)
+    skipped = ref.log.count("optimizer.step") == 0
     for p_ref, p_got in zip(ref.params_after, got.params_after):
         if p_ref.shape != p_got.shape or not torch.allclose(p_ref, p_got, rtol=1e-3, atol=1e-5, equal_nan=True):
             if skipped:
@@ -569,11 +544,9 @@ def _judge_train_step(train_step):
     for scenario in SCENARIOS:
         reference, learner = _Run(scenario), _Run(scenario)
         for step_no in range(scenario.steps):
-            ref = reference.call(reference_train_step, step_no, learner=False)
-            if ref.problem is not None:
-                raise RuntimeError(f"reference step failed in {scenario.title}: {_problem_message(ref)}")
+            ref = reference.call(reference_train_step, step_no, learner=False)  # its errors are checker bugs
             got = learner.call(train_step, step_no, learner=True)
-            if got.problem is not None and got.problem.result.status == not_done().status:
+            if got.problem is not None and got.problem.result.status == NOT_DONE:
                 return got.problem.result
             message = _diagnose(ref, got, scenario, step_no)
             if message:
@@ -626,7 +599,7 @@ def _scheduler_setup():
     """A one-weight model, its optimizer and a real GradScaler (init_scale=2**8, growth_interval=2)."""
     weight = nn.Parameter(torch.ones(4))
     optimizer = torch.optim.SGD([weight], lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
+    scaler = torch.amp.GradScaler(DEVICE_TYPE, init_scale=2.0**8, growth_interval=2)
     x = torch.linspace(0.5, 2.0, 4)
     return weight, optimizer, scaler, x
 

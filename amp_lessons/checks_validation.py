@@ -235,11 +235,12 @@ _KEY_HINTS = {
 def _oracle(reference, trial, labels, criteria) -> dict:
     finite = bool(torch.isfinite(trial).all()) or criteria.nonfinite == "allow"
     numeric = bool(((trial - reference).abs() <= criteria.atol + criteria.rtol * reference.abs()).all())
-    changed = int((decide(reference, criteria.tie_tolerance) != decide(trial, criteria.tie_tolerance)).sum())
+    trial_decision = decide(trial, criteria.tie_tolerance)
+    changed = int((decide(reference, criteria.tie_tolerance) != trial_decision).sum())
     decision = changed <= criteria.allowed_decision_changes
     quality = True
     if criteria.min_quality is not None:
-        quality = accuracy(decide(trial, criteria.tie_tolerance), torch.tensor(labels)) >= criteria.min_quality
+        quality = accuracy(trial_decision, torch.tensor(labels)) >= criteria.min_quality
     return {"finite": finite, "numeric": numeric, "decision": decision, "quality": bool(quality),
             "passed": finite and numeric and decision and bool(quality)}
 

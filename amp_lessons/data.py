@@ -24,6 +24,7 @@ the model.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -33,7 +34,7 @@ import pandas as pd
 import torch
 
 from amp_lessons.environment import one_cpu_thread
-from amp_lessons.models import LoadRegressor, SectorClassifier
+from amp_lessons.models import LoadRegressor, SectorClassifier, seeded_weights
 
 CLASSES = ("north", "west", "south")
 # Preprocessing: raw measurements are divided by these fixed per-feature scales (float32, outside autocast).
@@ -66,23 +67,28 @@ def true_class(features: torch.Tensor) -> torch.Tensor:
     return label
 
 
+def _fit(model, loss_fn, steps: int, lr: float):
+    """Train ``model`` with full-batch Adam on the CPU in float32, on one thread (deterministic); eval mode.
 
-def _adam(model, loss_fn, steps: int, lr: float) -> None:
-    """Full-batch Adam written out (a few lines; avoids torch.optim's one-off import cost of ~1 s)."""
-    params = [p for p in model.parameters()]
+    Adam is written out (a few lines): the first ``torch.optim`` optimizer of a process costs 1-2 s, because
+    constructing it imports ``torch._dynamo``.
+    """
+    params = list(model.parameters())
     m = [torch.zeros_like(p) for p in params]
     v = [torch.zeros_like(p) for p in params]
     beta1, beta2, eps = 0.9, 0.999, 1e-8
-    for step in range(1, steps + 1):
-        for p in params:
-            p.grad = None
-        loss_fn(model).backward()
-        with torch.no_grad():
-            for p, m_p, v_p in zip(params, m, v):
-                m_p.mul_(beta1).add_(p.grad, alpha=1 - beta1)
-                v_p.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                denom = (v_p / (1 - beta2**step)).sqrt_().add_(eps)
-                p.addcdiv_(m_p, denom, value=-lr / (1 - beta1**step))
+    with one_cpu_thread():
+        for step in range(1, steps + 1):
+            model.zero_grad(set_to_none=True)
+            loss_fn(model).backward()
+            with torch.no_grad():
+                for p, m_p, v_p in zip(params, m, v):
+                    m_p.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                    v_p.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                    denom = (v_p / (1 - beta2**step)).sqrt_().add_(eps)
+                    p.addcdiv_(m_p, denom, value=-lr / (1 - beta1**step))
+    model.zero_grad(set_to_none=True)
+    return model.eval()
 
 
 def _training_data(n: int = 768) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,25 +98,22 @@ def _training_data(n: int = 768) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @functools.lru_cache(maxsize=1)
-def _trained_classifier_state() -> dict:
-    torch.manual_seed(SEED)
-    model = SectorClassifier()
+def _trained_classifier() -> SectorClassifier:
+    with seeded_weights(SEED):  # fixed initial weights; the caller's random stream is left alone
+        model = SectorClassifier()
     features, labels = _training_data()
     # label smoothing keeps the logits O(1), like a calibrated production classifier
-    with one_cpu_thread():
-        _adam(model, lambda net: torch.nn.functional.cross_entropy(net(features), labels, label_smoothing=0.1), 250, 0.02)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return _fit(model, lambda net: torch.nn.functional.cross_entropy(net(features), labels, label_smoothing=0.1),
+                250, 0.02)
 
 
 def classifier(device: torch.device | str = "cpu") -> SectorClassifier:
     """The lesson's classifier with fixed weights, in eval mode, on ``device``.
 
-    Trained once per process on the CPU in float32 (deterministic, well under a second), then copied, so
-    every call returns the same weights on every device.
+    Trained once per process on the CPU in float32 (deterministic, well under a second); every call returns
+    its own copy, with the same weights on every device.
     """
-    model = SectorClassifier()
-    model.load_state_dict(_trained_classifier_state())
-    return model.eval().to(device)
+    return copy.deepcopy(_trained_classifier()).to(device)
 
 
 @dataclass(frozen=True)
@@ -222,21 +225,17 @@ def load_curve(t: torch.Tensor) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=1)
-def _trained_regressor_state() -> dict:
-    torch.manual_seed(SEED)
-    model = LoadRegressor()
+def _trained_regressor() -> LoadRegressor:
+    with seeded_weights(SEED):
+        model = LoadRegressor()
     t = torch.linspace(0, 1, 256).unsqueeze(1)
     target = load_curve(t)
-    with one_cpu_thread():
-        _adam(model, lambda net: torch.nn.functional.mse_loss(net(t), target) / LoadRegressor.SCALE**2, 800, 0.01)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return _fit(model, lambda net: torch.nn.functional.mse_loss(net(t), target) / LoadRegressor.SCALE**2, 800, 0.01)
 
 
 def regressor(device: torch.device | str = "cpu") -> LoadRegressor:
-    """The lesson's regression model (fixed weights, eval mode) on ``device``."""
-    model = LoadRegressor()
-    model.load_state_dict(_trained_regressor_state())
-    return model.eval().to(device)
+    """The lesson's regression model (fixed weights, eval mode) on ``device``; each call returns its own copy."""
+    return copy.deepcopy(_trained_regressor()).to(device)
 
 
 @dataclass(frozen=True)
@@ -249,12 +248,10 @@ class RegressionSet:
         return len(self.ids)
 
 
-@functools.lru_cache(maxsize=1)
-def _regression_set() -> RegressionSet:
+def regression_set() -> RegressionSet:
+    """24 hourly samples of the load curve: the outputs that matter are the errors and the peak hour.
+
+    Built afresh on every call (it is cheap), so an in-place edit in a notebook cannot change the next one.
+    """
     t = torch.linspace(0, 1, 25)[:-1]
     return RegressionSet(tuple(f"h{int(round(float(v) * 24)):02d}" for v in t), t.unsqueeze(1), load_curve(t))
-
-
-def regression_set() -> RegressionSet:
-    """24 hourly samples of the load curve: the outputs that matter are the errors and the peak hour."""
-    return _regression_set()

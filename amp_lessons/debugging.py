@@ -73,10 +73,6 @@ class Checkpoint:
         return self.nan == 0 and self.posinf == 0 and self.neginf == 0
 
     @property
-    def nonfinite(self) -> int:
-        return self.nan + self.posinf + self.neginf
-
-    @property
     def where(self) -> str:
         """A readable label, e.g. "output of `attn.scores` (ScoreProduct)"."""
         module = f" ({self.module})" if self.module else ""
@@ -135,8 +131,6 @@ def tensor_stats(tensor: torch.Tensor) -> dict:
             "neginf": int(torch.isneginf(t).sum()),
             "max_abs": max_abs,
         }
-
-
 
 
 def _tensors(obj, depth: int = 0):
@@ -288,25 +282,32 @@ class _Recorder:
 
     def record_parameters(self) -> None:
         """One checkpoint for the parameters after the step: the first non-finite one, or all finite."""
-        named = [(n, p) for n, p in self.model.named_parameters()]
+        named = list(self.model.named_parameters())
+        largest = []
         for name, parameter in named:
             stats = tensor_stats(parameter)
             if stats["nan"] or stats["posinf"] or stats["neginf"]:
                 self.record(parameter, "update", "parameters", name)
                 return
+            largest.append(stats["max_abs"])
         if named:
             total = sum(p.numel() for _, p in named)
-            largest = max((tensor_stats(p)["max_abs"] for _, p in named), default=math.nan)
             dtypes = sorted({dtype_name(p.dtype) for _, p in named})
             self.checkpoints.append(Checkpoint(
                 len(self.checkpoints) + 1, "update", "parameters", "", "", "/".join(dtypes), (total,), total,
-                0, 0, 0, largest, note=f"{len(named)} parameter tensors",
+                0, 0, 0, max(largest), note=f"{len(named)} parameter tensors",
             ))
 
 
 # --------------------------------------------------------------------------------------------------
 # The report
 # --------------------------------------------------------------------------------------------------
+def _of_first(attribute: str) -> property:
+    """A read-only property: ``attribute`` of the report's first non-finite checkpoint (None when all are finite)."""
+    return property(lambda report: getattr(report.first, attribute) if report.first else None,
+                    doc=f"The first non-finite checkpoint's {attribute} (None when every checkpoint is finite).")
+
+
 @dataclass
 class NonFiniteReport:
     """Everything ``find_first_nonfinite`` saw, with the first non-finite checkpoint singled out."""
@@ -328,21 +329,10 @@ class NonFiniteReport:
     def found(self) -> bool:
         return self.first is not None
 
-    @property
-    def stage(self) -> str | None:
-        return self.first.stage if self.first else None
-
-    @property
-    def name(self) -> str | None:
-        return self.first.name if self.first else None
-
-    @property
-    def where(self) -> str | None:
-        return self.first.where if self.first else None
-
-    @property
-    def dtype(self) -> str | None:
-        return self.first.dtype if self.first else None
+    stage = _of_first("stage")
+    name = _of_first("name")
+    where = _of_first("where")
+    dtype = _of_first("dtype")
 
     @property
     def before(self) -> list:
@@ -614,7 +604,6 @@ class OpCall:
         return self.name in MATMUL_LIKE
 
 
-
 class OpDtypeRecorder(TorchFunctionMode):
     """Records every torch function that returns a floating-point tensor: name, input/output dtypes, finite?
 
@@ -647,7 +636,6 @@ class OpDtypeRecorder(TorchFunctionMode):
         import pandas as pd
 
         return pd.DataFrame([vars(c) for c in self.calls])
-
 
 
 # --------------------------------------------------------------------------------------------------

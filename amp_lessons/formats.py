@@ -36,7 +36,6 @@ from dataclasses import dataclass
 import torch
 
 KINDS = ("zero", "subnormal", "normal", "inf", "nan")
-OUTCOMES = ("exact", "rounded", "overflow", "underflow", "nan")
 
 
 @dataclass(frozen=True)
@@ -87,6 +86,10 @@ class FloatFormat:
     def overflow_threshold(self) -> float:
         """The smallest magnitude that rounds to infinity: ``max + ulp(max)/2`` (a tie, which rounds to even = inf)."""
         return math.ldexp(2.0 - 2.0 ** -(self.mantissa_bits + 1), self.emax)
+
+    def log2(self) -> tuple[float, float, float]:
+        """(log2 smallest subnormal, log2 smallest normal, log2 max): -24, -14, ~16 for float16."""
+        return (math.log2(self.smallest_subnormal), math.log2(self.smallest_normal), math.log2(self.max))
 
 
 FLOAT32 = FloatFormat("float32", torch.float32, 8, 23)
@@ -485,20 +488,23 @@ def format_explorer(x: float | str = 0.1):
     out = widgets.HTML(value=explorer_html(text.value))
     state = {"from_slider": False}
 
-    def on_text(change):
-        out.value = explorer_html(change["new"])
-        if state["from_slider"]:
-            return
+    def follow_text(typed):
+        """Move the slider to log2|typed| (when that is a finite non-zero number) without re-typing the text."""
         try:
-            value = abs(parse_number(change["new"]))
+            value = abs(parse_number(typed))
         except (TypeError, ValueError):
             return
         if math.isfinite(value) and value > 0:
-            state["from_slider"] = True  # keep the slider in step without re-typing the text
+            state["from_slider"] = True
             try:
                 slider.value = min(max(math.log2(value), slider.min), slider.max)
             finally:
                 state["from_slider"] = False
+
+    def on_text(change):
+        out.value = explorer_html(change["new"])
+        if not state["from_slider"]:
+            follow_text(change["new"])
 
     def on_slider(change):
         if state["from_slider"]:
@@ -517,14 +523,7 @@ def format_explorer(x: float | str = 0.1):
 
     text.observe(on_text, names="value")
     slider.observe(on_slider, names="value")
-    try:
-        start = abs(parse_number(text.value))
-        if math.isfinite(start) and start > 0:
-            state["from_slider"] = True
-            slider.value = min(max(math.log2(start), slider.min), slider.max)
-            state["from_slider"] = False
-    except (TypeError, ValueError):
-        pass
+    follow_text(text.value)
     box = widgets.VBox([widgets.HBox([text, slider]), out])
     box.text, box.slider, box.output = text, slider, out  # handles for tests and for driving it from code
     return box

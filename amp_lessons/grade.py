@@ -39,7 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from amp_lessons import progress
-from amp_lessons.builder import cell_source, repo_root
+from amp_lessons.builder import cell_source, read_notebook, repo_root
 from amp_lessons.harness import FAILED, NOT_DONE, PASSED
 
 NOT_ATTEMPTED = "not attempted"
@@ -69,22 +69,18 @@ def find_notebooks(paths) -> list[Path]:
             found += sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
         else:
             found.append(path)  # a missing or odd file still gets a row that says what is wrong
-    unique = []
-    for path in found:
-        if path not in unique:
-            unique.append(path)
-    return unique
+    return list(dict.fromkeys(found))
+
+
+def _labels(check_names, checkers: dict[str, str]) -> list[str]:
+    """The exercise labels of the known checkers among ``check_names``, each once, in order."""
+    return list(dict.fromkeys(checkers[name] for name in check_names if checkers.get(name)))
 
 
 def called_checks(notebook: dict) -> list[str]:
     """Names of the ``check_*`` functions a notebook calls, in order of first call."""
-    names = []
-    for cell in notebook.get("cells", []):
-        if cell.get("cell_type") == "code":
-            for name in CHECK_CALL.findall(cell_source(cell)):
-                if name not in names:
-                    names.append(name)
-    return names
+    sources = [cell_source(cell) for cell in notebook.get("cells", []) if cell.get("cell_type") == "code"]
+    return list(dict.fromkeys(name for source in sources for name in CHECK_CALL.findall(source)))
 
 
 def solution_for(path: Path, notebook: dict | None) -> Path | None:
@@ -108,17 +104,12 @@ def expected_exercises(path: Path, notebook: dict | None, checkers: dict[str, st
     solution = solution_for(path, notebook)
     if solution is not None:
         try:
-            names += called_checks(json.loads(solution.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
+            names += called_checks(read_notebook(solution))
+        except ValueError:  # builder.BuildError: unreadable solution notebook
             pass
     if notebook is not None:
         names += called_checks(notebook)
-    labels = []
-    for name in names:
-        label = checkers.get(name)
-        if label and label not in labels:
-            labels.append(label)
-    return labels
+    return _labels(names, checkers)
 
 
 def _checks_in_raw_text(path: Path, checkers: dict[str, str]) -> list[str]:
@@ -127,12 +118,7 @@ def _checks_in_raw_text(path: Path, checkers: dict[str, str]) -> list[str]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
-    labels = []
-    for name in CHECK_CALL.findall(text.replace("\\n", "\n")):  # JSON escapes newlines as \n
-        label = checkers.get(name)
-        if label and label not in labels:
-            labels.append(label)
-    return labels
+    return _labels(CHECK_CALL.findall(text.replace("\\n", "\n")), checkers)  # JSON escapes newlines as \n
 
 
 def results_from_outputs(notebook) -> dict:

@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from amp_lessons.environment import dtype_name
+from amp_lessons.formats import FloatFormat, get_format
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 CATEGORIES = ("zero", "subnormal", "normal", "inf")
-
-
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -45,28 +43,10 @@ def _check_scale(scale) -> float:
     return float(scale)
 
 
-@dataclass(frozen=True)
-class Limits:
-    """The three thresholds that matter for gradients, for one floating-point format."""
-
-    dtype: torch.dtype
-    smallest_subnormal: float
-    smallest_normal: float
-    max: float
-
-    @property
-    def name(self) -> str:
-        return dtype_name(self.dtype)
-
-    def log2(self) -> tuple[float, float, float]:
-        """(log2 smallest subnormal, log2 smallest normal, log2 max): -24, -14, ~16 for FP16."""
-        return (math.log2(self.smallest_subnormal), math.log2(self.smallest_normal), math.log2(self.max))
-
-
-def limits(dtype: torch.dtype) -> Limits:
-    """Thresholds read from ``torch.finfo``: the smallest subnormal is smallest_normal * eps (2^-14 * 2^-10 in FP16)."""
-    info = torch.finfo(_check_dtype(dtype))
-    return Limits(dtype, info.smallest_normal * info.eps, info.smallest_normal, info.max)
+def limits(dtype: torch.dtype) -> FloatFormat:
+    """The thresholds that matter for gradients (``smallest_subnormal``, ``smallest_normal``, ``max``, and their
+    ``log2()``) of float16, bfloat16 or float32: the course's :class:`~amp_lessons.formats.FloatFormat`."""
+    return get_format(_check_dtype(dtype))
 
 
 def flat_values(values) -> torch.Tensor:
@@ -112,11 +92,14 @@ def classify(values, dtype: torch.dtype = torch.float16, scale: float = 1.0) -> 
     }
 
 
-def fractions(values, dtype: torch.dtype = torch.float16, scale: float = 1.0) -> dict:
-    """``classify`` as fractions of the nonzero finite values (all 0.0 when there are none)."""
-    counts = classify(values, dtype, scale)
+def _as_fractions(counts: dict) -> dict:
     total = counts["nonzero"]
     return {key: (counts[key] / total if total else 0.0) for key in CATEGORIES}
+
+
+def fractions(values, dtype: torch.dtype = torch.float16, scale: float = 1.0) -> dict:
+    """``classify`` as fractions of the nonzero finite values (all 0.0 when there are none)."""
+    return _as_fractions(classify(values, dtype, scale))
 
 
 def scale_table(groups: dict, exponent: int, dtypes=LOW_PRECISION):
@@ -133,9 +116,8 @@ def scale_table(groups: dict, exponent: int, dtypes=LOW_PRECISION):
     for group, values in _check_groups(groups).items():
         for dtype in dtypes:
             counts = classify(values, dtype, 2.0**exponent)
-            total = counts["nonzero"] or 1
             row = {"gradients": group, "format": dtype_name(dtype), "scale": f"2^{exponent}", "values": counts["nonzero"]}
-            row.update({key: counts[key] / total for key in CATEGORIES})
+            row.update(_as_fractions(counts))
             row["step skipped"] = counts["inf"] > 0
             rows.append(row)
     return pd.DataFrame(rows)

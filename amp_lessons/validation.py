@@ -29,7 +29,7 @@ import html
 import json
 import math
 import numbers
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 import torch
@@ -300,17 +300,17 @@ def record_baseline(scores, *, labels=None, ids=None, categories=None, tie_toler
             "Nothing can be validated against it: fix the model, the weights or the inputs (they must give "
             "finite FP32 outputs) before running any AMP trial."
         )
-    decisions = decide(tensor, tie_tolerance)
+    decisions, reference_margins = decide(tensor, tie_tolerance), margins(tensor)
     table = _frame(ids, categories, tensor.shape[0])
     table["reference decision"] = decisions.tolist()
-    table["reference margin"] = margins(tensor).tolist()
+    table["reference margin"] = reference_margins.tolist()
     table["max |score|"] = tensor.abs().max(dim=1).values.tolist()
     quality = math.nan
     if labels is not None:
         labels_t = torch.as_tensor(labels).reshape(-1).long()
         table["label"] = labels_t.tolist()
         quality = accuracy(decisions, labels_t)
-    return Baseline(tensor, decisions, margins(tensor), quality, table)
+    return Baseline(tensor, decisions, reference_margins, quality, table)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -390,6 +390,12 @@ def _frame(ids, categories, n: int) -> pd.DataFrame:
     return table
 
 
+def _abs_diff(trial: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """``|trial - reference|`` elementwise, with NaN counted as ``inf``: it is never within a tolerance."""
+    diff = (trial - reference).abs()
+    return torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+
+
 def _fmt(value: float) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
 
@@ -437,11 +443,9 @@ def compare(reference, trial, *, atol, rtol, tie_tolerance: float = 0.0, allowed
 
     tol = criteria.tie_tolerance
     finite = torch.isfinite(tri).all(dim=1)
-    diff = (tri - ref).abs()
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
-    allowed = criteria.atol + criteria.rtol * ref.abs()
-    within = (diff <= allowed).all(dim=1) if n else torch.zeros(0, dtype=torch.bool)
-    max_diff = diff.max(dim=1).values if n else torch.zeros(0)
+    diff = _abs_diff(tri, ref)
+    within = (diff <= criteria.atol + criteria.rtol * ref.abs()).all(dim=1)
+    max_diff = diff.max(dim=1).values
     ref_decision = decide(ref, tol)
     tri_decision = decide(tri, tol)
     changed = ref_decision != tri_decision
@@ -526,11 +530,6 @@ def judge(reference, trial, criteria: Criteria, *, recorded_fingerprint: str | N
                    labels=labels, ids=ids, categories=categories, criteria=criteria, label=label)
 
 
-def criteria_fields() -> list[str]:
-    """The names of the fields a :class:`Criteria` has (for tables and exercises)."""
-    return [f.name for f in fields(Criteria)]
-
-
 # -------------------------------------------------------------------------------------------- regression
 
 
@@ -554,8 +553,7 @@ def compare_regression(reference, trial, targets, *, atol, rtol, ids=None, categ
     ref, tri, tgt = ref[:, 0], tri[:, 0], tgt[:, 0]
     n = ref.numel()
     finite = torch.isfinite(tri)
-    diff = (tri - ref).abs()
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+    diff = _abs_diff(tri, ref)
     within = diff <= atol + rtol * ref.abs()
     table = _frame(ids, categories, n)
     table["reference"] = ref.tolist()
@@ -566,8 +564,7 @@ def compare_regression(reference, trial, targets, *, atol, rtol, ids=None, categ
     table["reference error"] = (ref - tgt).tolist()
     table["trial error"] = (tri - tgt).tolist()
     names = _names(ids, n)
-    ref_err, tri_err = (ref - tgt).abs(), (tri - tgt).abs()
-    tri_err = torch.where(torch.isnan(tri_err), torch.full_like(tri_err, math.inf), tri_err)
+    ref_err, tri_err = (ref - tgt).abs(), _abs_diff(tri, tgt)
     n_out, n_bad = int((~within).sum()), int((~finite).sum())
     rows = [
         ("finite outputs", f"{n}/{n} finite", f"{n - n_bad}/{n} finite", "pass" if n_bad == 0 else "FAIL"),

@@ -46,38 +46,33 @@ def test_checker_is_fast():
 # ----------------------------------------------------------------------------- checker: each known mistake
 
 
-def _right(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+def _step_then_sync(step_fn, sync, i):
+    step_fn()
+    sync()
+
+
+def _right(step_fn, *, warmup, repeats, sync, clock=time.perf_counter, sync_after_warmup=True, timed=_step_then_sync):
+    """The right answer; ``sync_after_warmup=False`` or another ``timed`` (what runs between the clock readings)
+    plants one mistake in it."""
     for _ in range(warmup):
         step_fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = clock()
-        step_fn()
+    if sync_after_warmup:
         sync()
+    times = []
+    for i in range(repeats):
+        start = clock()
+        timed(step_fn, sync, i)
         times.append(clock() - start)
     return times
 
 
 def no_warmup(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    times = []
-    for _ in range(repeats):
-        start = clock()
-        step_fn()
-        sync()
-        times.append(clock() - start)
-    return times
+    return _right(step_fn, warmup=0, repeats=repeats, sync=sync, clock=clock, sync_after_warmup=False)
 
 
 def no_sync(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    for _ in range(warmup):
-        step_fn()
-    times = []
-    for _ in range(repeats):
-        start = clock()
-        step_fn()
-        times.append(clock() - start)
-    return times
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, sync_after_warmup=False,
+                  timed=lambda step_fn, sync, i: step_fn())
 
 
 def sync_only_before_start(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
@@ -93,57 +88,34 @@ def sync_only_before_start(step_fn, *, warmup, repeats, sync, clock=time.perf_co
 
 
 def no_sync_after_warmup(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    for _ in range(warmup):
-        step_fn()
-    times = []
-    for _ in range(repeats):
-        start = clock()
-        step_fn()
-        sync()
-        times.append(clock() - start)
-    return times
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, sync_after_warmup=False)
 
 
 def item_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    for _ in range(warmup):
-        step_fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = clock()
+    def timed(step_fn, sync, i):
         loss = step_fn()
         loss.item()
         sync()
-        times.append(clock() - start)
-    return times
+
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, timed=timed)
 
 
 def isfinite_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    for _ in range(warmup):
-        step_fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = clock()
+    def timed(step_fn, sync, i):
         loss = step_fn()
         sync()
         assert torch.isfinite(loss)
-        times.append(clock() - start)
-    return times
+
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, timed=timed)
 
 
 def print_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    for _ in range(warmup):
-        step_fn()
-    sync()
-    times = []
-    for i in range(repeats):
-        start = clock()
+    def timed(step_fn, sync, i):
         step_fn()
         sync()
         print("step", i)
-        times.append(clock() - start)
-    return times
+
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, timed=timed)
 
 
 def total_number(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
@@ -390,15 +362,15 @@ def test_measurement_statistics():
     assert math.isnan(Measurement("empty", []).median)
 
 
-def test_synchronize_and_time_loop_on_cpu():
+def test_synchronize_and_item_overhead_on_cpu():
     benchmark.synchronize("cpu")
     benchmark.make_synchronizer(torch.device("cpu"))()
     step, calls = _counting_step()
-    per_step = benchmark.time_loop(step, device="cpu", steps=4, rounds=3, item_each_step=True)
-    assert len(per_step) == 3
-    assert len(calls) == 2 + 12  # warm-up (plain and with .item()) + steps * rounds
+    without, with_item = benchmark.item_overhead(step, device="cpu", steps=4, rounds=3)
+    assert len(without) == len(with_item) == 3
+    assert len(calls) == 2 + 2 * 12  # warm-up (plain and with .item()) + both loops * steps * rounds
     with pytest.raises(ValueError):
-        benchmark.time_loop(step, device="cpu", steps=0)
+        benchmark.item_overhead(step, device="cpu", steps=0)
 
 
 def test_item_overhead_alternates_rounds():

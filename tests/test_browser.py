@@ -43,6 +43,8 @@ from pathlib import Path
 
 import pytest
 
+from amp_lessons.builder import cell_source
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SCREENSHOTS = ROOT / "screenshots"
@@ -265,13 +267,8 @@ class NotebookReport:
         return "\n".join(lines)
 
 
-def source_of(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else source
-
-
 def first_line(cell: dict) -> str:
-    lines = [line for line in source_of(cell).splitlines() if line.strip()]
+    lines = [line for line in cell_source(cell).splitlines() if line.strip()]
     return (lines[0][:60] + ("..." if len(lines[0]) > 60 else "")) if lines else ""
 
 
@@ -296,7 +293,7 @@ def check_problems_in_model(model: dict, report: NotebookReport) -> None:
     """Errors, cells never run, and figures that only printed ``<Figure size ...>``."""
     never_ran = []
     for number, cell in enumerate(model.get("cells", []), start=1):
-        if cell.get("cell_type") != "code" or not source_of(cell).strip():
+        if cell.get("cell_type") != "code" or not cell_source(cell).strip():
             continue
         if cell.get("execution_count") is None:
             never_ran.append(number)
@@ -344,7 +341,7 @@ def check_widgets_and_figures(model: dict, outputs: list, report: NotebookReport
     report.images = sum(d.get("images", 0) for shown in outputs for d in shown)
     if report.images < image_outputs:
         report.problems.append(f"the notebook has {image_outputs} image output(s) but the page shows {report.images} <img>")
-    if any(MATPLOTLIB_USE.search(source_of(c)) for c in cells if c.get("cell_type") == "code") and not report.images:
+    if any(MATPLOTLIB_USE.search(cell_source(c)) for c in cells if c.get("cell_type") == "code") and not report.images:
         report.problems.append("the notebook uses matplotlib but no figure (<img>) appears in any output")
 
 

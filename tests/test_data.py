@@ -17,7 +17,7 @@ def fp16_autocast_works():
 def test_reference_set_is_fixed_and_categorised():
     first = data.reference_set()
     data._reference_set.cache_clear()
-    data._trained_classifier_state.cache_clear()
+    data._trained_classifier.cache_clear()
     second = data.reference_set()
     assert first.ids == second.ids
     assert torch.equal(first.inputs, second.inputs)
@@ -28,6 +28,16 @@ def test_reference_set_is_fixed_and_categorised():
     table = first.table()
     assert list(table.columns[:2]) == ["id", "category"] and len(table) == len(first)
     assert first.counts().sum() == len(first)
+
+
+def test_training_the_models_leaves_the_global_random_stream_alone():
+    data._trained_classifier.cache_clear()
+    data._trained_regressor.cache_clear()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    data.classifier(), data.regressor()
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_labels_follow_the_rule_and_zero_has_none():
