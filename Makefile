@@ -12,7 +12,7 @@ TEST_STAMP := $(VENV)/.stamp-test
 # Checks record progress; test runs keep theirs out of the maintainer's own record.
 # Two test workers share two cores: one torch thread each avoids threads waiting on each other.
 TEST_ENV := AMP_LESSONS_PROGRESS_FILE=$(CURDIR)/.test-output/progress.json PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
-NBVAL    := --nbval-lax --nbval-current-env -n 2 --dist loadfile
+NBVAL    := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 -n 2 --dist loadfile
 
 .PHONY: lab test setup setup-test lint unit notebooks exercises-check clean-venv
 
