@@ -1,5 +1,5 @@
 import sys
 
-from amp_lessons.cli import main
+from amp_lessons.tools.cli import main
 
 sys.exit(main())

@@ -21,7 +21,6 @@ it (and caches the copy until the ``with`` block ends). The FP32 master weights 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -202,45 +201,3 @@ def parameter_dtypes(model: torch.nn.Module) -> dict:
     return {name: dtype_name(p.dtype) for name, p in model.named_parameters()}
 
 
-# ----------------------------------------------------------------------------- autocast state
-
-
-def autocast_enabled(device_type: str) -> bool:
-    """Is autocast active for ``device_type`` right now (works on torch 2.4 and newer)?"""
-    try:
-        return bool(torch.is_autocast_enabled(device_type))
-    except TypeError:  # torch < 2.4
-        return bool(torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled())
-    except RuntimeError:  # a device type this build does not know
-        return False
-
-
-def autocast_dtype(device_type: str):
-    """The dtype autocast would use for ``device_type`` right now."""
-    try:
-        return torch.get_autocast_dtype(device_type)
-    except (AttributeError, TypeError, RuntimeError):  # torch < 2.4
-        return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
-
-
-def switch_autocast_off() -> None:
-    """Undo an autocast a learner entered and never left, so later runs are not contaminated.
-
-    Leaving it on would also keep autocast's cache of low-precision weight copies alive, and later forward
-    passes would reuse copies of weights the optimizer has since changed.
-    """
-    for device_type in ("cpu", "cuda"):
-        if autocast_enabled(device_type):
-            try:
-                torch.set_autocast_enabled(device_type, False)
-            except TypeError:  # torch < 2.4
-                if device_type == "cpu":
-                    torch.set_autocast_cpu_enabled(False)
-                else:
-                    torch.set_autocast_enabled(False)
-    with contextlib.suppress(Exception):
-        depth = torch.autocast_increment_nesting() - 1  # read the nesting depth without changing it
-        torch.autocast_decrement_nesting()
-        for _ in range(max(depth, 0)):
-            torch.autocast_decrement_nesting()
-    torch.clear_autocast_cache()

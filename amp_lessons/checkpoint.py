@@ -39,7 +39,6 @@ import io
 import math
 import os
 import random
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +47,8 @@ import numpy as np
 import torch
 
 from amp_lessons.environment import dtype_name
+from amp_lessons.utils import atomic_write, step_was_skipped
+from amp_lessons.validation import judge_quality
 
 FORMAT = "amp_lessons.checkpoint"
 INCIDENT_FORMAT = "amp_lessons.incident"
@@ -252,47 +253,9 @@ def restore_rng(state: dict) -> list[str]:
 # ----------------------------------------------------------------------------------------------- save
 
 
-def _give_usual_permissions(temporary: str, path: str) -> None:
-    """mkstemp creates files readable by their owner only; give the checkpoint the mode a plain open() would."""
-    try:
-        mode = os.stat(path).st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    with contextlib.suppress(OSError):
-        os.chmod(temporary, mode)
-
-
 def atomic_torch_save(payload, path) -> str:
-    """``torch.save`` to a temporary file next to ``path``, flush it to disk, then ``os.replace`` it over ``path``.
-
-    An exception at any point removes the temporary file and leaves whatever was at ``path`` untouched.
-    Returns the absolute path written.
-    """
-    path = os.path.abspath(os.fspath(path))
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"The folder {folder} does not exist; create it first (os.makedirs(folder, exist_ok=True)).")
-    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        _give_usual_permissions(temporary, path)
-        with os.fdopen(descriptor, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
-    with contextlib.suppress(OSError, AttributeError):  # make the rename itself durable (POSIX only)
-        directory = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-    return path
+    """``torch.save`` through :func:`amp_lessons.utils.atomic_write`: the old checkpoint survives any failure."""
+    return atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
 def _check_objects(model, optimizer, scaler) -> None:
@@ -774,7 +737,7 @@ class Watchdog:
                 return Trigger(step, NONFINITE, f"the {name} has {bad} NaN/inf value(s)" + (
                     f" (loss = {float(tensor.reshape(-1)[0])})" if name == "loss" and tensor.numel() == 1 else ""))
         if scale_before is not None and scale_after is not None:
-            if scale_after < scale_before:
+            if step_was_skipped(scale_before, scale_after):
                 self.skipped_in_a_row += 1
             else:
                 self.skipped_in_a_row = 0
@@ -786,8 +749,6 @@ class Watchdog:
     def after_evaluation(self, step: int, quality: float) -> Trigger | None:
         """Check a quality measurement (e.g. accuracy on a fixed validation set) against the criteria."""
         if self.criteria is not None:
-            from amp_lessons.validation import judge_quality
-
             ok, message = judge_quality(quality, self.criteria)
             return None if ok else Trigger(step, LOW_QUALITY, message)
         if self.min_quality is not None:

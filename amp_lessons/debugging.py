@@ -31,17 +31,14 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
-from amp_lessons.autocast_policy import autocast_enabled
+from amp_lessons.autocast_state import float_tensors
 from amp_lessons.environment import dtype_name
+from amp_lessons.training import train_step
+from amp_lessons.utils import scale_text, step_was_skipped
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
 ROOT_NAME = "(model)"
-MATMUL_LIKE = frozenset({
-    "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "linear", "addmm", "baddbmm", "addbmm", "einsum",
-    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "bilinear",
-})
 STAGES = ("input", "forward", "loss", "backward", "update")
 
 
@@ -133,28 +130,6 @@ def tensor_stats(tensor: torch.Tensor) -> dict:
         }
 
 
-def _tensors(obj, depth: int = 0):
-    """Every floating-point tensor inside a (nested) tuple/list/dict."""
-    if depth > 6:
-        return
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() or obj.is_complex():
-            yield obj
-    elif isinstance(obj, (list, tuple)):
-        for item in obj:
-            yield from _tensors(item, depth + 1)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            yield from _tensors(item, depth + 1)
-
-
-def _format_scale(scale) -> str:
-    if scale is None:
-        return "-"
-    if scale > 0 and math.isfinite(scale) and float(scale).is_integer() and math.log2(scale).is_integer():
-        return f"{scale:g} (2^{int(math.log2(scale))})"
-    return f"{scale:g}"
-
 
 # --------------------------------------------------------------------------------------------------
 # The recorder: hooks that turn a training step into a list of checkpoints
@@ -187,7 +162,7 @@ class _Recorder:
         self.keep.append(tensor)
 
     def record_data(self, label: str, obj) -> None:
-        tensors = list(_tensors(obj))
+        tensors = list(float_tensors(obj))
         for i, tensor in enumerate(tensors):
             name = label if len(tensors) == 1 else f"{label}[{i}]"
             self.remember(tensor, self.record(tensor, "input", label, name))
@@ -203,7 +178,7 @@ class _Recorder:
         self.calls[name] = self.calls.get(name, 0) + 1
         call_name = self._call_name(module)
         parent = name.rsplit(".", 1)[0] if "." in name else ROOT_NAME
-        for tensor in _tensors((args, kwargs)):
+        for tensor in float_tensors((args, kwargs)):
             if id(tensor) in self.seen:
                 continue  # the data, or the output of a module already checked
             note = f"computed in the forward of `{parent}`, outside any submodule" if name != ROOT_NAME else ""
@@ -215,7 +190,7 @@ class _Recorder:
     def forward_hook(self, module, args, output):
         call_name = self._call_name(module)
         leaf = next(module.children(), None) is None
-        for tensor in _tensors(output):
+        for tensor in float_tensors(output):
             earlier = self.seen.get(id(tensor))
             if earlier is not None:  # e.g. a Sequential returns its last child's output tensor itself
                 if earlier.finite and not bool(torch.isfinite(tensor.detach()).all()):  # changed in place since
@@ -346,7 +321,7 @@ class NonFiniteReport:
         """Did GradScaler skip the optimizer step (the scale went down)? None without an enabled scaler."""
         if not self.scaler_enabled or self.scale_before is None or self.scale_after is None:
             return None
-        return self.scale_after < self.scale_before
+        return step_was_skipped(self.scale_before, self.scale_after)
 
     def checkpoint(self, stage: str, name: str) -> Checkpoint | None:
         """The first checkpoint of ``stage`` about ``name`` (e.g. ``("forward", "scores")``)."""
@@ -403,7 +378,7 @@ class NonFiniteReport:
                               "then cast to float32.")
             scale = ""
             if self.scaler_enabled and self.scale_before is not None:
-                scale = (f" Gradients here are multiplied by the loss scale {_format_scale(self.scale_before)}; "
+                scale = (f" Gradients here are multiplied by the loss scale {scale_text(self.scale_before)}; "
                          "GradScaler sees the inf/NaN, skips this optimizer step and lowers the scale. Once, early "
                          "on, that is calibration; at every step it is a problem to find.")
             return (f"The forward pass and the loss ({self.loss:.6g}) were finite — a finite loss does not guarantee "
@@ -435,7 +410,7 @@ class NonFiniteReport:
         text = f"autocast {self.autocast_dtype} on {self.device_type}; loss {loss}"
         if self.scaler_enabled:
             verdict = {True: "optimizer step SKIPPED", False: "optimizer step taken", None: ""}[self.skipped]
-            text += f"; scale {_format_scale(self.scale_before)} -> {_format_scale(self.scale_after)} ({verdict})"
+            text += f"; scale {scale_text(self.scale_before)} -> {scale_text(self.scale_after)} ({verdict})"
         return text
 
     def __str__(self) -> str:
@@ -514,8 +489,7 @@ def find_first_nonfinite(model, optimizer, scaler, loss_fn, inputs, targets, *, 
     GradScaler skips the update as usual. All hooks are removed afterwards, also when the step raises
     (the error is then re-raised unchanged).
     """
-    if step is None:
-        from amp_lessons.training import train_step as step
+    step = train_step if step is None else step
     _validate(model, optimizer, scaler, loss_fn, inputs, dtype, step)
     device_type = inputs.device.type
     if scaler is None:
@@ -584,60 +558,6 @@ def plot_checkpoints(report: NonFiniteReport, *, stages=("input", "forward", "lo
     ax.figure.tight_layout()
     return ax.figure
 
-
-# --------------------------------------------------------------------------------------------------
-# Which dtype did each op really run in?
-# --------------------------------------------------------------------------------------------------
-@dataclass
-class OpCall:
-    """One torch function call seen by ``OpDtypeRecorder``."""
-
-    name: str
-    input_dtypes: tuple
-    output_dtype: str
-    autocast: bool
-    finite: bool
-    shape: tuple = ()
-
-    @property
-    def matmul_like(self) -> bool:
-        return self.name in MATMUL_LIKE
-
-
-class OpDtypeRecorder(TorchFunctionMode):
-    """Records every torch function that returns a floating-point tensor: name, input/output dtypes, finite?
-
-    A ``TorchFunctionMode`` sees each call *before* autocast rewrites it, and the result *after*: the
-    output dtype is the precision the op really ran in (float16 for a matmul under float16 autocast even
-    when its inputs were float32). Use as ``with OpDtypeRecorder() as ops: ...`` and read ``ops.calls``.
-    """
-
-    def __init__(self, device_type: str = "cpu"):
-        super().__init__()
-        self.device_type = device_type
-        self.calls: list[OpCall] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if isinstance(result, torch.Tensor) and result.is_floating_point():
-            name = getattr(func, "__name__", str(func))
-            inputs = tuple(dtype_name(t.dtype) for t in _tensors((args, kwargs or {})))
-            with torch.no_grad():
-                finite = bool(torch.isfinite(result).all())
-            self.calls.append(OpCall(name, inputs, dtype_name(result.dtype), autocast_enabled(self.device_type), finite,
-                                     tuple(result.shape)))
-        return result
-
-    @property
-    def matmuls(self) -> list:
-        return [c for c in self.calls if c.matmul_like]
-
-    def table(self):
-        import pandas as pd
-
-        return pd.DataFrame([vars(c) for c in self.calls])
-
-
 # --------------------------------------------------------------------------------------------------
 # Skipped updates: frequency and trend
 # --------------------------------------------------------------------------------------------------
@@ -660,7 +580,7 @@ def scale_history_table(scales, *, window: int):
         raise ValueError(f"window must be a positive int (steps per row), got {window!r}")
     steps = len(values) - 1
     rows = []
-    skips = [False] + [values[i] < values[i - 1] or values[i] <= 0 for i in range(1, steps + 1)]
+    skips = [False] + [step_was_skipped(values[i - 1], values[i]) for i in range(1, steps + 1)]
     first_growth = next((i for i in range(1, steps + 1) if values[i] > values[i - 1]), steps + 1)
     for start in range(1, steps + 1, window):
         stop = min(start + window - 1, steps)
@@ -718,7 +638,7 @@ def plot_scale_history(histories: dict):
         values = [float(s) for s in scales]
         logs = [math.log2(v) if v > 0 else float("nan") for v in values]
         ax.plot(range(len(values)), logs, color="#1e88e5")
-        skips = [i for i in range(1, len(values)) if values[i] < values[i - 1] or values[i] <= 0]
+        skips = [i for i in range(1, len(values)) if step_was_skipped(values[i - 1], values[i])]
         ax.plot(skips, [logs[i] for i in skips], "x", color="#e53935", markersize=6, label="skipped update")
         collapsed = next((i for i, v in enumerate(values) if v <= 0), None)
         if collapsed is not None:

@@ -5,9 +5,9 @@ Lessons 05-07 and the checkers reuse ``train_step``; lesson 03 teaches it line b
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from amp_lessons.utils import scale_text
 
 
 def train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torch.float16, max_norm=None,
@@ -79,7 +79,7 @@ def _guard_loss(loss) -> None:
 
 def _guard_gradients(model, optimizer, scaler, allow_overflow_skips: bool) -> None:
     parameters = [p for group in optimizer.param_groups for p in group["params"]]
-    total = _total_grad_norm(parameters)
+    total = total_grad_norm(parameters)
     if bool(torch.isfinite(total)):  # synchronises on a GPU
         return
     overflow = scaler.is_enabled()
@@ -88,20 +88,15 @@ def _guard_gradients(model, optimizer, scaler, allow_overflow_skips: bool) -> No
     bad = [name for name, p in model.named_parameters() if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
     raise NonFiniteError(
         f"non-finite gradients (total norm {total.item()}) in {', '.join(bad) or 'some parameters'} "
-        f"at loss scale {_scale_text(scaler.get_scale())}"
+        f"at loss scale {scale_text(scaler.get_scale())}"
         + (": with a GradScaler this is an overflow that scaler.step() would skip and update() would "
            "back off; it is expected while the scale calibrates, alarming if it keeps happening."
            if overflow else ": without loss scaling this step would write inf/NaN into the weights.")
     )
 
 
-def _total_grad_norm(parameters) -> torch.Tensor:
+def total_grad_norm(parameters) -> torch.Tensor:
     norms = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
     if not norms:
         return torch.zeros(())
     return torch.linalg.vector_norm(torch.stack(norms))
-
-
-def _scale_text(scale: float) -> str:
-    exponent = math.log2(scale) if scale > 0 else 0.5
-    return f"2**{int(exponent)}" if exponent.is_integer() else f"{scale:.6g}"

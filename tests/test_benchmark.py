@@ -12,7 +12,7 @@ from torch import nn
 from amp_lessons import benchmark
 from amp_lessons.benchmark import Measurement
 from amp_lessons.checks import check_time_step
-from amp_lessons.checks_benchmark import SCENARIOS, FakeDevice
+from amp_lessons.checks.l07_benchmark import SCENARIOS, FakeDevice
 from amp_lessons.environment import cpu_threads
 from amp_lessons.models import TimingMLP
 

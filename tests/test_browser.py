@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from amp_lessons.builder import cell_source
+from amp_lessons.tools.builder import cell_source
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

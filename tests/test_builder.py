@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from amp_lessons import builder
+from amp_lessons.tools import builder
 
 SOLUTION_CELL = textwrap.dedent(
     '''

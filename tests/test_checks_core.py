@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from amp_lessons.checks import NOT_DONE, CheckResult, call_learner, checker, failed, passed
+from amp_lessons.checks.harness import NOT_DONE, CheckResult, call_learner, checker, failed, passed
 
 
 @checker("demo exercise")

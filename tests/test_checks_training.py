@@ -7,8 +7,8 @@ import pytest
 import torch
 from notebook_code import exercise, solution
 
-from amp_lessons.checks import NOT_DONE, PASSED
-from amp_lessons.checks_training import check_scheduler_step, check_train_step
+from amp_lessons.checks.harness import NOT_DONE, PASSED
+from amp_lessons.checks.l03_training import check_scheduler_step, check_train_step
 from amp_lessons.training import train_step as reference_train_step
 
 LESSON = "03_autocast_and_gradscaler.ipynb"

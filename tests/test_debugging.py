@@ -8,12 +8,15 @@ import torch.nn.functional as F
 from notebook_code import exercise, solution
 from torch import nn
 
-from amp_lessons.checks import NOT_DONE
-from amp_lessons.checks_debugging import _finder_cases, check_first_nonfinite_module, check_texture_forward
+from amp_lessons.autocast_state import OpDtypeRecorder, autocast_enabled
+from amp_lessons.checks.harness import NOT_DONE
+from amp_lessons.checks.l05_debugging import (
+    _finder_cases,
+    check_first_nonfinite_module,
+    check_texture_forward,
+)
 from amp_lessons.debugging import (
     NonFiniteReport,
-    OpDtypeRecorder,
-    autocast_enabled,
     find_first_nonfinite,
     hook_count,
     plot_checkpoints,
@@ -349,7 +352,7 @@ def test_one_cpu_thread_restores():
 
 
 def test_finder_cases_overflow_only_in_fp16():
-    from amp_lessons.checks_debugging import _first, _outputs_in_finish_order
+    from amp_lessons.checks.l05_debugging import _first, _outputs_in_finish_order
 
     for label, model, inputs, expected in _finder_cases():
         assert _first(_outputs_in_finish_order(model, inputs, torch.float16)) == expected, label

@@ -12,8 +12,8 @@ import torch
 from notebook_code import exercise, solution
 
 from amp_lessons import formats
-from amp_lessons.checks import NOT_DONE
-from amp_lessons.checks_formats import check_classify, check_stored_value, model_round, probe_values
+from amp_lessons.checks.harness import NOT_DONE
+from amp_lessons.checks.l01_formats import check_classify, check_stored_value, model_round, probe_values
 from amp_lessons.formats import BFLOAT16, FLOAT16, FLOAT32, FORMATS, KINDS, decompose
 
 NOTEBOOK = "01_precision_formats.ipynb"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from amp_lessons import cli, grade
-from amp_lessons.checks_start import check_autocast_matmul
+from amp_lessons.checks.l00_start import check_autocast_matmul
+from amp_lessons.tools import cli, grade
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "grade_submissions"
 WARM_UP = check_autocast_matmul.exercise
@@ -29,7 +29,7 @@ def submissions(tmp_path, monkeypatch):
     folder = tmp_path / "submissions"
     shutil.copytree(FIXTURES, folder)
     text = (folder / "correct.ipynb").read_text(encoding="utf-8")
-    cut = text.index("from amp_lessons.checks_start")
+    cut = text.index("from amp_lessons.checks import check_autocast_matmul")
     (folder / "corrupt.ipynb").write_text(text[:cut], encoding="utf-8")  # cut off mid-save, before its check
     (folder / ".ipynb_checkpoints").mkdir()
     (folder / ".ipynb_checkpoints" / "correct-checkpoint.ipynb").write_text(text, encoding="utf-8")  # ignored
@@ -132,9 +132,9 @@ def test_results_can_be_read_from_outputs():
 
 
 def test_checkers_carry_their_exercise_label():
-    from amp_lessons import progress
+    from amp_lessons.checks import registry
 
-    known = progress.known_checkers()
+    known = registry.declared_checks()
     assert known["check_autocast_matmul"] == WARM_UP
     assert all(name.startswith("check_") for name in known)
 

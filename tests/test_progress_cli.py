@@ -5,8 +5,9 @@ import re
 import subprocess
 import sys
 
-from amp_lessons import cli, progress
-from amp_lessons.checks_start import check_autocast_matmul
+from amp_lessons import record
+from amp_lessons.checks.l00_start import check_autocast_matmul
+from amp_lessons.tools import cli, progress
 
 WARM_UP = check_autocast_matmul.exercise
 
@@ -19,10 +20,10 @@ def test_known_exercises_come_from_the_checkers_in_lesson_order():
 
 
 def test_summarize_states(private_progress):
-    progress.record("00 a", False, "failed", "You used the wrong dtype.\nsecond line")
-    progress.record("00 a", True, "passed", "Well done.")
-    progress.record("00 b", False, "not done", "Not done yet: still raises NotImplementedError.")
-    progress.record("99 retired", False, "failed", "from an older course version")
+    record.record("00 a", False, "failed", "You used the wrong dtype.\nsecond line")
+    record.record("00 a", True, "passed", "Well done.")
+    record.record("00 b", False, "not done", "Not done yet: still raises NotImplementedError.")
+    record.record("99 retired", False, "failed", "from an older course version")
     rows = {r["exercise"]: r for r in progress.summarize(known=["00 a", "00 b", "00 c"])}
     assert list(rows) == ["00 a", "00 b", "00 c", "99 retired"]
     assert rows["00 a"]["state"] == "passed" and rows["00 a"]["attempts"] == 2 and rows["00 a"]["first_passed"]
@@ -67,13 +68,13 @@ def test_corrupt_record_is_reported_and_set_aside(private_progress, capsys):
     assert not private_progress.exists()
     assert any(p.name.startswith("progress.json.corrupt-") for p in private_progress.parent.iterdir())
     assert "0 of" in out and "exercises passed" in out
-    progress.record(WARM_UP, True, "passed", "ok")  # and recording carries on in a fresh file
+    record.record(WARM_UP, True, "passed", "ok")  # and recording carries on in a fresh file
     assert json.loads(private_progress.read_text())["exercises"][WARM_UP]["passed"]
 
 
 def test_another_learners_record_and_switched_off(tmp_path, monkeypatch, capsys):
     other = tmp_path / "alice.json"
-    progress.record(WARM_UP, True, "passed", "ok", path=other)
+    record.record(WARM_UP, True, "passed", "ok", path=other)
     assert cli.main(["progress", "--file", str(other)]) == 0
     assert f"Progress record: {other}" in capsys.readouterr().out
     monkeypatch.setenv("AMP_LESSONS_PROGRESS_FILE", "off")

@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from amp_lessons import SetupError, environment, progress
-from amp_lessons.doctor import check_torch, check_widgets, run_doctor
+from amp_lessons import SetupError, environment, record
 from amp_lessons.quiz import Question, Quiz
+from amp_lessons.tools.doctor import check_torch, check_widgets, run_doctor
 
 QUIZ = Quiz("demo", [Question("2+2?", ("3", "4"), 1, "Arithmetic."), Question("Sky?", ("blue", "green"), 0, "Rayleigh.")])
 
@@ -47,24 +47,24 @@ def test_bad_question_is_refused():
 
 
 def test_progress_atomic_and_corrupt_record(private_progress):
-    progress.record("ex1", False, "failed", "wrong")
-    progress.record("ex1", True, "passed", "ok")
+    record.record("ex1", False, "failed", "wrong")
+    record.record("ex1", True, "passed", "ok")
     data = json.loads(private_progress.read_text())
     assert data["exercises"]["ex1"]["passed"] and data["exercises"]["ex1"]["attempts"] == 2
     assert [p.name for p in private_progress.parent.iterdir()] == ["progress.json"]  # no temp files left
     private_progress.write_text("{not json")
     warnings = []
-    assert progress.load(warn=warnings.append)["exercises"] == {}
+    assert record.load(warn=warnings.append)["exercises"] == {}
     assert "could not be read" in warnings[0]
     assert any(p.name.startswith("progress.json.corrupt-") for p in private_progress.parent.iterdir())
-    progress.record("ex2", True, "passed", "ok")  # a fresh record starts
+    record.record("ex2", True, "passed", "ok")  # a fresh record starts
     assert list(json.loads(private_progress.read_text())["exercises"]) == ["ex2"]
 
 
 def test_progress_can_be_switched_off(monkeypatch, tmp_path):
     monkeypatch.setenv("AMP_LESSONS_PROGRESS_FILE", "off")
-    progress.record("ex", True, "passed", "ok")
-    assert progress.progress_path() is None
+    record.record("ex", True, "passed", "ok")
+    assert record.progress_path() is None
 
 
 def test_setup_seeds_and_probes():

@@ -5,7 +5,7 @@ import json
 import pytest
 from notebook_code import ROOT
 
-from amp_lessons import builder
+from amp_lessons.tools import builder
 
 NOTEBOOKS = sorted(p for folder in ("notebooks", "solutions", "exercises") for p in (ROOT / folder).glob("*.ipynb"))
 

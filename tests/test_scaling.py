@@ -10,8 +10,8 @@ import torch
 from notebook_code import exercise, solution
 from torch import nn
 
-from amp_lessons.checks import NOT_DONE
-from amp_lessons.checks_scaling import check_largest_safe_scale, check_lost_fractions
+from amp_lessons.checks.harness import NOT_DONE
+from amp_lessons.checks.l02_scaling import check_largest_safe_scale, check_lost_fractions
 from amp_lessons.environment import probe_autocast
 from amp_lessons.models import DeepSigmoidMLP, OutlierFeatureMLP
 from amp_lessons.scaling import (

@@ -9,8 +9,8 @@ import pytest
 import torch
 from notebook_code import exercise, solution
 
-from amp_lessons.checks import NOT_DONE
-from amp_lessons.checks_validation import check_criteria, check_decide, check_judge_trial
+from amp_lessons.checks.harness import NOT_DONE
+from amp_lessons.checks.l04_validation import check_criteria, check_decide, check_judge_trial
 from amp_lessons.validation import (
     Criteria,
     CriteriaChangedError,

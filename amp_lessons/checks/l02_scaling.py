@@ -12,8 +12,8 @@ import math
 
 import torch
 
+from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.environment import dtype_name
-from amp_lessons.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.scaling import classify, flat_values, limits
 
 F16, BF16 = torch.float16, torch.bfloat16

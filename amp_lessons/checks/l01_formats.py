@@ -17,8 +17,8 @@ import numbers
 
 import torch
 
+from amp_lessons.checks.harness import call_learner, checker, failed, passed, stop
 from amp_lessons.formats import BFLOAT16, FLOAT16, KINDS, FloatFormat
-from amp_lessons.harness import call_learner, checker, failed, passed, stop
 
 FORMATS_CHECKED = (FLOAT16, BFLOAT16)
 

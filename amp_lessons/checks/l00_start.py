@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from amp_lessons.autocast_policy import autocast_enabled, switch_autocast_off
-from amp_lessons.debugging import OpDtypeRecorder
-from amp_lessons.harness import call_learner, checker, failed, passed
+from amp_lessons.autocast_state import OpDtypeRecorder, autocast_enabled, switch_autocast_off
+from amp_lessons.checks.harness import call_learner, checker, failed, passed
 
 # Tensor methods that cast by hand, bypassing autocast's per-op policy.
 HAND_CASTS = {"half", "bfloat16", "float", "to", "type"}

@@ -13,16 +13,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from amp_lessons import record
+from amp_lessons.tools import builder, grade, progress
+from amp_lessons.utils import repo_root
+
 
 def cmd_doctor(args) -> int:
-    from amp_lessons.doctor import run_doctor
+    # Imported here, not at the top: doctor loads torch, and it must still explain a machine where torch is broken.
+    from amp_lessons.tools.doctor import run_doctor
 
     return run_doctor()
 
 
 def cmd_build_exercises(args) -> int:
-    from amp_lessons import builder
-
     try:
         if args.check:
             problems = builder.stale_exercises()
@@ -39,14 +42,12 @@ def cmd_build_exercises(args) -> int:
         print(f"cannot build exercises: {exc}", file=sys.stderr)
         return 2
     for path in written:
-        print(f"wrote {path.relative_to(builder.repo_root())}")
+        print(f"wrote {path.relative_to(repo_root())}")
     print(f"{len(written)} exercise notebook(s) updated." if written else "exercises/ was already up to date.")
     return 0
 
 
 def cmd_clean(args) -> int:
-    from amp_lessons import builder
-
     status = 0
     for name in args.paths:
         path = Path(name)
@@ -63,8 +64,6 @@ def cmd_clean(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from amp_lessons import grade
-
     if args.timeout <= 0 or args.jobs < 1:
         print("--timeout must be a positive number of seconds and --jobs at least 1.", file=sys.stderr)
         return 2
@@ -90,14 +89,12 @@ def cmd_grade(args) -> int:
 
 
 def cmd_progress(args) -> int:
-    from amp_lessons import progress
-
-    path = Path(args.file).expanduser() if args.file else progress.progress_path()
+    path = Path(args.file).expanduser() if args.file else record.progress_path()
     if path is None:
         print("Progress recording is switched off (AMP_LESSONS_PROGRESS_FILE=off).")
         return 0
     print(f"Progress record: {path}{'' if path.exists() else ' (nothing recorded yet)'}")
-    data = progress.load(path, warn=lambda message: print(f"warning: {message}"))
+    data = record.load(path, warn=lambda message: print(f"warning: {message}"))
     print(progress.format_summary(progress.summarize(data)))
     return 0
 
@@ -112,15 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     clean = commands.add_parser("clean", help="strip outputs from notebooks")
     clean.add_argument("paths", nargs="+")
     clean.set_defaults(run=cmd_clean)
-    grade = commands.add_parser("grade", help="run learners' exercise notebooks and tabulate the checks")
-    grade.add_argument("paths", nargs="+", metavar="PATH", help="notebooks, or folders searched for *.ipynb")
-    grade.add_argument("--timeout", type=float, default=120.0, help="seconds per notebook (default 120)")
-    grade.add_argument("--csv", default="grades.csv", help="where to write the table (default grades.csv)")
-    grade.add_argument("--jobs", type=int, default=1, help="notebooks run at the same time (default 1)")
-    grade.add_argument("--kernel", default="python3", help="kernel to run them with (default python3)")
-    grade.set_defaults(run=cmd_grade)
+    grade_command = commands.add_parser("grade", help="run learners' exercise notebooks and tabulate the checks")
+    grade_command.add_argument("paths", nargs="+", metavar="PATH", help="notebooks, or folders searched for *.ipynb")
+    grade_command.add_argument("--timeout", type=float, default=120.0, help="seconds per notebook (default 120)")
+    grade_command.add_argument("--csv", default="grades.csv", help="where to write the table (default grades.csv)")
+    grade_command.add_argument("--jobs", type=int, default=1, help="notebooks run at the same time (default 1)")
+    grade_command.add_argument("--kernel", default="python3", help="kernel to run them with (default python3)")
+    grade_command.set_defaults(run=cmd_grade)
     record = commands.add_parser("progress", help="list each exercise: passed / attempted / not started")
-    record.add_argument("--file", help="a progress record to read (default: this learner's, see amp_lessons.progress)")
+    record.add_argument("--file", help="a progress record to read (default: this learner's, see amp_lessons.record)")
     record.set_defaults(run=cmd_progress)
     return parser
 

@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from amp_lessons.debugging import OpDtypeRecorder, autocast_enabled, find_first_nonfinite, hook_count
-from amp_lessons.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed
+from amp_lessons.autocast_state import OpDtypeRecorder, autocast_enabled
+from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed
+from amp_lessons.debugging import find_first_nonfinite, hook_count
 from amp_lessons.models import TextureNet, texture_batch
 
 # --------------------------------------------------------------------------------------------------

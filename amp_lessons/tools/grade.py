@@ -9,7 +9,7 @@ then ``python -m amp_lessons grade submissions/``. Each notebook is
   that hangs is stopped and says so, a kernel that crashes says so, a file that is not a notebook says
   so, and grading carries on with the next one;
 - judged by its own check cells: each kernel gets a fresh temporary ``AMP_LESSONS_PROGRESS_FILE``, every
-  check records its verdict there (``amp_lessons.progress.record``), and the record is read back.
+  check records its verdict there (``amp_lessons.record``), and the record is read back.
 
 Which exercises a notebook *should* have comes from the matching solution notebook (the ``check_*``
 calls in ``solutions/NN_*.ipynb``, found through the exercise's ``generated_from`` metadata or its
@@ -38,9 +38,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from amp_lessons import progress
-from amp_lessons.builder import cell_source, read_notebook, repo_root
-from amp_lessons.harness import FAILED, NOT_DONE, PASSED
+from amp_lessons import record
+from amp_lessons.checks import registry
+from amp_lessons.checks.harness import FAILED, NOT_DONE, PASSED
+from amp_lessons.tools.builder import cell_source, read_notebook
+from amp_lessons.utils import repo_root
 
 NOT_ATTEMPTED = "not attempted"
 TIMED_OUT = "timed out"
@@ -222,7 +224,7 @@ def grade_notebook(path, timeout: float = 120.0, kernel_name: str = "python3", c
     path = Path(path)
     name = display_name(path)
     started = time.monotonic()
-    checkers = progress.known_checkers() if checkers is None else checkers
+    checkers = registry.declared_checks() if checkers is None else checkers
     try:
         text = path.read_text(encoding="utf-8")
         try:
@@ -249,7 +251,7 @@ def grade_notebook(path, timeout: float = 120.0, kernel_name: str = "python3", c
         workdir.mkdir()
         stopped, why, first_error = execute(notebook, workdir, env, timeout, kernel_name)
         if record_file.exists():
-            recorded = progress.load(record_file, warn=lambda message: None)["exercises"]
+            recorded = record.load(record_file, warn=lambda message: None)["exercises"]
         else:
             recorded = results_from_outputs(notebook)
     seconds = time.monotonic() - started
@@ -279,7 +281,7 @@ def grade(paths, timeout: float = 120.0, kernel_name: str = "python3", jobs: int
     import pandas as pd
 
     notebooks = find_notebooks(paths)
-    checkers = progress.known_checkers()
+    checkers = registry.declared_checks()
     grade_one = functools.partial(grade_notebook, timeout=timeout, kernel_name=kernel_name, checkers=checkers)
     rows = []
     with contextlib.ExitStack() as stack:

@@ -26,13 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from amp_lessons.autocast_policy import autocast_dtype, autocast_enabled, switch_autocast_off
+from amp_lessons.autocast_state import autocast_dtype, autocast_enabled, switch_autocast_off
+from amp_lessons.checks.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed
 from amp_lessons.environment import dtype_name, one_cpu_thread
-from amp_lessons.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed
 from amp_lessons.models import TinyClassifier, seeded_weights
-from amp_lessons.training import _scale_text as _fmt_scale  # '2**10' for powers of two
-from amp_lessons.training import _total_grad_norm
+from amp_lessons.training import total_grad_norm
 from amp_lessons.training import train_step as reference_train_step
+from amp_lessons.utils import scale_text
 
 DEVICE_TYPE = "cpu"  # every scenario runs on the CPU, whatever the learner's machine has
 
@@ -42,7 +42,7 @@ DEVICE_TYPE = "cpu"  # every scenario runs on the CPU, whatever the learner's ma
 
 def grad_norm(parameters) -> float:
     """Total 2-norm of the gradients (missing gradients count as zero); inf/NaN stay visible."""
-    return float(_total_grad_norm(parameters))
+    return float(total_grad_norm(parameters))
 
 
 def _grads_all_zero(parameters) -> bool:
@@ -357,12 +357,12 @@ def _diagnose(ref: CallRecord, got: CallRecord, scenario: Scenario, step_no: int
         return (f"{where}: backward ran on the unscaled loss (`loss.backward()`). Scale it first: "
                 "`scaler.scale(loss).backward()`. Otherwise small FP16 gradients still underflow, and "
                 "scaler.step() divides the gradients by the scale anyway, so every update is "
-                f"{_fmt_scale(got.scale_before)} times too small.")
+                f"{scale_text(got.scale_before)} times too small.")
     if ref_backward and ref_backward["finite"] and backward["finite"] and not _close(
             backward["grad_absmax"], ref_backward["grad_absmax"], 0.05):
         ratio = backward["grad_absmax"] / (ref_backward["grad_absmax"] / got.scale_before)
         return (f"{where}: the gradient reaching the model output was {ratio:.4g} times the unscaled one; with "
-                f"`scaler.scale(loss).backward()` it is exactly the scale, {_fmt_scale(got.scale_before)}. Scale the "
+                f"`scaler.scale(loss).backward()` it is exactly the scale, {scale_text(got.scale_before)}. Scale the "
                 "loss once, with scaler.scale, and call backward on that.")
     if _zero_grad_between(log, "backward", "scaler.step"):
         return (f"{where}: you called zero_grad() after backward: it erased this step's gradients before the "
@@ -457,11 +457,11 @@ def _diagnose_clipping(ref: CallRecord, got: CallRecord, scenario: Scenario, whe
     scale = step["scale"]
     if _close(used, scenario.max_norm / scale, 0.05):
         if unscaled_too:
-            return (f"{where}: you clipped before scaler.unscale_(). clip_grad_norm_ saw gradients {_fmt_scale(scale)} "
+            return (f"{where}: you clipped before scaler.unscale_(). clip_grad_norm_ saw gradients {scale_text(scale)} "
                     f"times too large and cut them to norm {scenario.max_norm}; after unscaling the update had norm "
-                    f"{used:.3g}, {_fmt_scale(scale)} times smaller than intended. Call unscale_ first, then clip.")
+                    f"{used:.3g}, {scale_text(scale)} times smaller than intended. Call unscale_ first, then clip.")
         return (f"{where}: you clipped without calling scaler.unscale_(optimizer) first. clip_grad_norm_ saw the "
-                f"scaled gradients ({_fmt_scale(scale)} times too large) and cut them to norm {scenario.max_norm}; "
+                f"scaled gradients ({scale_text(scale)} times too large) and cut them to norm {scenario.max_norm}; "
                 f"scaler.step() then unscaled them to norm {used:.3g}. Call `scaler.unscale_(optimizer)` before clipping.")
     ref_unscale = ref.log.first("unscale_")
     raw = ref_unscale["norm_before"] / ref_step["scale"] if ref_unscale else float("nan")
@@ -483,8 +483,8 @@ def _diagnose_clipping(ref: CallRecord, got: CallRecord, scenario: Scenario, whe
 
 def _diagnose_results(ref: CallRecord, got: CallRecord, scenario: Scenario, where: str) -> str | None:
     if not _close(got.scale_after, ref.scale_after, 1e-6):
-        return (f"{where}: the loss scale after the step is {_fmt_scale(got.scale_after)}; the reference step leaves "
-                f"{_fmt_scale(ref.scale_after)}. Call scaler.update() exactly once, after scaler.step(optimizer).")
+        return (f"{where}: the loss scale after the step is {scale_text(got.scale_after)}; the reference step leaves "
+                f"{scale_text(ref.scale_after)}. Call scaler.update() exactly once, after scaler.step(optimizer).")
     skipped = ref.log.count("optimizer.step") == 0
     for p_ref, p_got in zip(ref.params_after, got.params_after):
         if p_ref.shape != p_got.shape or not torch.allclose(p_ref, p_got, rtol=1e-3, atol=1e-5, equal_nan=True):
@@ -515,7 +515,7 @@ def _diagnose_return(ref: CallRecord, got: CallRecord, where: str) -> str | None
         return None
     scale = got.scale_before
     if _close(number, expected * scale, 1e-3):
-        return (f"{where}: train_step returned the scaled loss ({number:.6g} = loss x {_fmt_scale(scale)}). "
+        return (f"{where}: train_step returned the scaled loss ({number:.6g} = loss x {scale_text(scale)}). "
                 "Return the loss as loss_fn computed it; scaler.scale(loss) is only for backward.")
     return f"{where}: train_step returned {number:.6g}, but the loss of this batch is {expected:.6g}."
 
@@ -633,8 +633,8 @@ def check_scheduler_step(step_scheduler_if_updated):
                 return failed(f"step_scheduler_if_updated returned {got!r}; return True when the optimizer really "
                               "stepped (and you stepped the scheduler), False otherwise.")
             got = bool(got)
-            change = (f"the scale went from {_fmt_scale(scale_before)} to {_fmt_scale(scale_after)}"
-                      if scale_after != scale_before else f"the scale stayed at {_fmt_scale(scale_after)}")
+            change = (f"the scale went from {scale_text(scale_before)} to {scale_text(scale_after)}"
+                      if scale_after != scale_before else f"the scale stayed at {scale_text(scale_after)}")
             if overflow:
                 if got or calls:
                     return failed(

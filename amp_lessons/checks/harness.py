@@ -1,9 +1,9 @@
-"""The harness every exercise checker is built on (learners import from ``amp_lessons.checks``).
+"""The harness every exercise checker is built on (learners import the checks from ``amp_lessons.checks``).
 
 A checker exists to tell a learner *which* mistake they made, so the harness guarantees three things:
 - a checker never raises for a learner mistake (a missing body, an exception inside learner code, a
   wrong signature, junk return values): it returns a failed ``CheckResult`` that says what happened;
-- every result is recorded in the learner's local progress file (see ``amp_lessons.progress``);
+- every result is recorded in the learner's local progress file (see ``amp_lessons.record``);
 - ``AMP_LESSONS_STRICT`` turns results into assertions so that a notebook run in CI fails loudly:
   ``1`` raises on any result that did not pass (used on lessons and solutions), ``not-done`` raises
   on any result that is not "not done yet" (used on the generated exercises, which must still be
@@ -30,12 +30,15 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 
+from amp_lessons import record
+from amp_lessons.checks import registry
+
 PASSED = "passed"
 FAILED = "failed"
 NOT_DONE = "not done"
 CHECKER_BUG = "checker error"
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _demonstrating = False
 
 
@@ -227,6 +230,7 @@ def checker(exercise: str):
             return result
 
         run.exercise = exercise
+        registry.register(exercise, run)
         return run
 
     return wrap
@@ -236,8 +240,6 @@ def _record(result: CheckResult) -> None:
     if _demonstrating:
         return
     try:
-        from amp_lessons import progress
-
-        progress.record(result.exercise, result.passed, result.status, result.message)
+        record.record(result.exercise, result.passed, result.status, result.message)
     except Exception as exc:  # progress is a convenience: it must never break a check
         print(f"(progress not saved: {exc})", file=sys.stderr)

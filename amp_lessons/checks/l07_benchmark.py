@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from amp_lessons.harness import call_learner, checker, passed, stop
+from amp_lessons.checks.harness import call_learner, checker, passed, stop
 
 LAUNCH_S = 2e-5  # host time to queue one step on the fake device
 SYNC_S = 1e-6  # host time of one sync() call

@@ -11,8 +11,8 @@ import math
 
 import torch
 
+from amp_lessons.checks.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.environment import dtype_name
-from amp_lessons.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.validation import Criteria, accuracy, decide, margins
 
 NAN, INF = math.nan, math.inf

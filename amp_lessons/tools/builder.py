@@ -20,6 +20,8 @@ import json
 import re
 from pathlib import Path
 
+from amp_lessons.utils import repo_root
+
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 STUB = 'raise NotImplementedError("Exercise: replace this line with your code")'
@@ -28,10 +30,6 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 
 class BuildError(ValueError):
     """A solution notebook that cannot be turned into an exercise; the message names file and cell."""
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parent.parent
 
 
 def cell_source(cell: dict) -> str:

@@ -37,8 +37,8 @@ from amp_lessons.checkpoint import (
     restore_rng,
     simulated_failed_write,
 )
+from amp_lessons.checks.harness import call_learner, checker, describe_exception, failed, not_done, passed
 from amp_lessons.environment import dtype_name, probe_autocast, seed_everything
-from amp_lessons.harness import call_learner, checker, describe_exception, failed, not_done, passed
 from amp_lessons.models import SensorClassifier, sensor_readings
 
 STEPS_BEFORE = 6
