@@ -1,4 +1,4 @@
-"""Autocast is a per-op *policy*, not a conversion: measure it here, next to CUDA's documented lists.
+"""Lesson 03: autocast is a per-op *policy*, not a conversion: measure it here, next to CUDA's documented lists.
 
 Inside ``torch.autocast`` nothing is converted up front. Each op, when it runs, looks itself up in the
 device's policy and either

@@ -1,4 +1,4 @@
-"""Measure time and memory of training-step variants honestly (lesson 07).
+"""Lesson 07: measure time and memory of training-step variants honestly.
 
 What "honestly" means here, and why each rule exists:
 

@@ -1,4 +1,4 @@
-"""Checkpoints that a mixed-precision run can resume from bit for bit, and roll back to when it goes wrong.
+"""Lesson 06: checkpoints that a mixed-precision run can resume from bit for bit, and roll back to when it goes wrong.
 
 What a resumed run needs is *everything the loop consumes*, not just the weights:
 

@@ -1,4 +1,4 @@
-"""Find the *first* place a training step stops being finite, and read skipped updates (lesson 05).
+"""Lesson 05: find the *first* place a training step stops being finite, and read skipped updates (lesson 05).
 
 Once one value is inf or NaN, everything computed from it is too: the loss is NaN, every later layer
 is NaN, every gradient is NaN. Printing the loss tells you *that* something broke, never *where*.

@@ -1,4 +1,4 @@
-"""FP32, FP16 and BF16 down to the bits: what a number becomes when it is stored in each format.
+"""Lesson 01: FP32, FP16 and BF16 down to the bits: what a number becomes when it is stored in each format.
 
 A binary floating-point number is three fields: a **sign** bit, an **exponent** field ``E`` stored with a
 *bias*, and a **mantissa** (fraction) field ``m``. For a *normal* number (``0 < E < all ones``) the value is

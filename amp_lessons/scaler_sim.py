@@ -1,4 +1,4 @@
-"""A GradScaler simulator: the loss-scale arithmetic of ``torch.amp.GradScaler``, as a plain function.
+"""Lesson 03: a GradScaler simulator: the loss-scale arithmetic of ``torch.amp.GradScaler``, as a plain function.
 
 What ``scaler.update()`` does after each iteration (``torch._amp_update_scale_``, identical CPU and CUDA kernels):
 

@@ -1,4 +1,4 @@
-"""The mixed-precision training step, written once, in the order the lessons teach.
+"""Lesson 03: the mixed-precision training step, written once, in the order the lessons teach.
 
 Lessons 05-07 and the checkers reuse ``train_step``; lesson 03 teaches it line by line.
 """

@@ -1,4 +1,4 @@
-"""Judge an AMP trial against a fixed FP32 reference: criteria first, then scores, then decisions.
+"""Lesson 04: judge an AMP trial against a fixed FP32 reference: criteria first, then scores, then decisions.
 
 Why two levels. A low-precision run can have scores that are *numerically* close to the reference and
 still change what the application does: when the top two scores of a sample are closer together than

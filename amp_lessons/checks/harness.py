@@ -25,6 +25,8 @@ import contextlib
 import functools
 import html
 import inspect
+import math
+import numbers
 import os
 import sys
 import traceback
@@ -170,6 +172,28 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
         raise
     except BaseException as exc:
         raise LearnerProblem(failed(f"{name} raised an error: {describe_exception(exc)}")) from None
+
+
+def as_number(value, what: str, hint: str = "return a number") -> float:
+    """The learner's value as a Python float, or stop the check with a message naming what came back instead.
+
+    A one-element tensor, a NumPy scalar, an int or a float all count; a bool, a string, ``None`` or a tensor
+    with several elements do not (``True`` would silently read as 1.0). ``what`` names the value in the
+    message (e.g. "`stored_value(0.1, FLOAT16)` returned"), ``hint`` says what to return instead.
+    """
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (bool, int, float)):
+        count = value.numel() if hasattr(value, "numel") else getattr(value, "size", 1)
+        if count != 1:
+            stop(f"{what} a tensor with {count} elements; {hint} (one value: use .item()).")
+        value = value.item()
+    shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        stop(f"{what} a {type(value).__name__} ({shown}); {hint}.")
+    try:
+        return float(value)
+    except (OverflowError, ValueError, TypeError):
+        stop(f"{what} {shown}, which is not a float (too large?); {hint}.")
+    return math.nan  # unreachable: stop() raises
 
 
 def strict_mode() -> str:

@@ -19,7 +19,7 @@ import pytest
 from amp_lessons.checks.l00_start import check_autocast_matmul
 from amp_lessons.tools import cli, grade
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "grade_submissions"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "grade_submissions"
 WARM_UP = check_autocast_matmul.exercise
 TIMEOUT = 20  # seconds per notebook: the hanging one costs exactly this
 
