@@ -114,7 +114,8 @@ class OpDtypeRecorder(TorchFunctionMode):
             inputs = tuple(dtype_name(t.dtype) for t in float_tensors((args, kwargs or {})))
             with torch.no_grad():
                 finite = bool(torch.isfinite(result).all())
-            self.calls.append(OpCall(name, inputs, dtype_name(result.dtype), autocast_enabled(self.device_type), finite,
+            on = autocast_enabled(self.device_type)
+            self.calls.append(OpCall(name, inputs, dtype_name(result.dtype), on, finite,
                                      tuple(result.shape)))
         return result
 

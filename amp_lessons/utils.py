@@ -65,7 +65,8 @@ def atomic_write(path, write: Callable[[BinaryIO], None]) -> str:
     path = os.path.abspath(os.fspath(path))
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
-        raise FileNotFoundError(f"The folder {folder} does not exist; create it first (os.makedirs(folder, exist_ok=True)).")
+        raise FileNotFoundError(f"The folder {folder} does not exist; create it first "
+                                "(os.makedirs(folder, exist_ok=True)).")
     descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         _give_usual_permissions(temporary, path)

@@ -136,6 +136,7 @@ def test_listing_exercises_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys; from amp_lessons.tools import progress; progress.known_exercises(); print('torch' in sys.modules)"
+    code = ("import sys; from amp_lessons.tools import progress; progress.known_exercises(); "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

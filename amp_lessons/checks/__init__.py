@@ -27,7 +27,8 @@ def __getattr__(name):
     checks = _all_checks() if name.startswith("check_") else {}
     if name in checks:
         return checks[name]
-    raise AttributeError(f"amp_lessons.checks has no {name!r}; the checks are {', '.join(sorted(_all_checks()))}.")
+    offered = ", ".join(sorted(_all_checks()))
+    raise AttributeError(f"amp_lessons.checks has no {name!r}; the checks are {offered}.")
 
 
 def __dir__():

@@ -63,7 +63,8 @@ class CheckResult:
 
     @property
     def title(self) -> str:
-        label = {PASSED: "Passed", FAILED: "Not yet right", NOT_DONE: "Not done yet", CHECKER_BUG: "Checker error"}
+        label = {PASSED: "Passed", FAILED: "Not yet right", NOT_DONE: "Not done yet",
+                 CHECKER_BUG: "Checker error"}
         head = label.get(self.status, self.status)
         return f"{head} — {self.exercise}" if self.exercise else head
 
@@ -145,10 +146,12 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
     """Call learner code; on any learner-side problem stop the check with a message saying what happened."""
     name = what or f"`{getattr(fn, '__name__', 'your function')}`"
     if fn is None:
-        raise LearnerProblem(failed("Expected a function but got None. Pass the function itself, e.g. check(my_function)."))
+        raise LearnerProblem(failed("Expected a function but got None. Pass the function itself, "
+                                    "e.g. check(my_function)."))
     if not callable(fn):
         raise LearnerProblem(
-            failed(f"Expected a function but got a {type(fn).__name__}. Pass the function itself, without calling it.")
+            failed(f"Expected a function but got a {type(fn).__name__}. "
+                   "Pass the function itself, without calling it.")
         )
     try:
         signature = inspect.signature(fn)
@@ -159,8 +162,9 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise LearnerProblem(
-                failed(f"{name} has the signature {name.strip('`')}{signature}, which cannot be called the way the "
-                       f"exercise describes ({exc}). Keep the parameter names and order given in the exercise.")
+                failed(f"{name} has the signature {name.strip('`')}{signature}, which cannot be called the way "
+                       f"the exercise describes ({exc}). Keep the parameter names and order given in the "
+                       "exercise.")
             ) from None
     try:
         return fn(*args, **kwargs)
@@ -219,7 +223,8 @@ def _apply_strict(result: CheckResult) -> None:
     if mode in ("1", "true", "yes") and not result.passed:
         raise AssertionError(f"AMP_LESSONS_STRICT=1 and a check did not pass:\n{result}")
     if mode == "not-done" and result.status != NOT_DONE:
-        raise AssertionError(f"AMP_LESSONS_STRICT=not-done expects an untouched exercise, but the check said:\n{result}")
+        raise AssertionError("AMP_LESSONS_STRICT=not-done expects an untouched exercise, but the check "
+                             f"said:\n{result}")
 
 
 def checker(exercise: str):
@@ -247,7 +252,8 @@ def checker(exercise: str):
                     CHECKER_BUG,
                 )
             if not isinstance(result, CheckResult):
-                result = CheckResult(False, f"The checker returned {result!r} instead of a CheckResult (a course bug).", CHECKER_BUG)
+                result = CheckResult(False, f"The checker returned {result!r} instead of a CheckResult "
+                                     "(a course bug).", CHECKER_BUG)
             result.exercise = exercise
             _record(result)
             _apply_strict(result)

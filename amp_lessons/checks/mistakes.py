@@ -56,7 +56,10 @@ def name_mistake(rules: Iterable[Mistake], *facts) -> str | None:
 
 
 def best_mistake(rules: Iterable[Mistake], cases: Iterable[tuple]) -> tuple[Mistake | None, int]:
-    """The rule that recognises the most ``cases`` (each a tuple of facts), with its count; ties go to the earlier."""
+    """The rule that recognises the most ``cases`` (each a tuple of facts), and its count.
+
+    Ties go to the earlier rule, so a table lists the more specific explanation first.
+    """
     cases = list(cases)
     best, best_count = None, 0
     for rule in rules:

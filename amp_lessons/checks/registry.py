@@ -3,9 +3,9 @@
 Two ways to ask "which exercises exist?":
 - ``checkers()``: the loaded checker functions (``amp_lessons.checks`` imports every lesson module, so after
   that import this is complete);
-- ``declared_checks()``/``declared_labels()``: the names and labels written in the lesson modules' ``@checker("...")`` lines, read from their
-  source without importing them, so ``python -m amp_lessons progress`` lists exercises without loading
-  torch. A test keeps the two equal.
+- ``declared_checks()``/``declared_labels()``: the names and labels written in the lesson modules'
+  ``@checker("...")`` lines, read from their source without importing them, so
+  ``python -m amp_lessons progress`` lists exercises without loading torch. A test keeps the two equal.
 
 A lesson's checker module is any ``lNN_<topic>.py`` file in this folder: adding one needs no other edit.
 """
@@ -24,7 +24,8 @@ def register(label: str, check) -> None:
     """Remember ``check`` under its exercise label (two checkers with one label are a course bug)."""
     known = _CHECKERS.get(label)
     if known is not None and known.__qualname__ != check.__qualname__:
-        raise ValueError(f"Two checkers share the exercise label {label!r}: {known.__qualname__} and {check.__qualname__}.")
+        raise ValueError(f"Two checkers share the exercise label {label!r}: "
+                         f"{known.__qualname__} and {check.__qualname__}.")
     _CHECKERS[label] = check
 
 
@@ -40,7 +41,10 @@ def lesson_module_names() -> list:
 
 
 def declared_checks() -> dict:
-    """``{check function name: exercise label}`` from the lesson modules' ``@checker("...")`` lines (no imports)."""
+    """``{check function name: exercise label}`` from the lesson modules' ``@checker("...")`` lines.
+
+    Read from source, without importing the modules (and so without importing torch).
+    """
     folder = Path(__file__).resolve().parent
     found = {}
     for name in lesson_module_names():
