@@ -162,9 +162,9 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise LearnerProblem(
-                failed(f"{name} has the signature {name.strip('`')}{signature}, which cannot be called the way "
-                       f"the exercise describes ({exc}). Keep the parameter names and order given in the "
-                       "exercise.")
+                failed(f"{name} has the signature {name.strip('`')}{signature}, which cannot be called "
+                       f"the way the exercise describes ({exc}). Keep the parameter names and order given "
+                       "in the exercise.")
             ) from None
     try:
         return fn(*args, **kwargs)
