@@ -103,8 +103,10 @@ def _trained_classifier() -> SectorClassifier:
         model = SectorClassifier()
     features, labels = _training_data()
     # label smoothing keeps the logits O(1), like a calibrated production classifier
-    return _fit(model, lambda net: torch.nn.functional.cross_entropy(net(features), labels, label_smoothing=0.1),
-                250, 0.02)
+    return _fit(
+        model, lambda net: torch.nn.functional.cross_entropy(net(features), labels, label_smoothing=0.1),
+        250, 0.02,
+    )
 
 
 def classifier(device: torch.device | str = "cpu") -> SectorClassifier:
@@ -184,7 +186,8 @@ def _reference_set() -> ReferenceSet:
         notes.append(note)
 
     for _ in range(12):
-        add("normal", "normal", torch.randn(2, generator=generator, dtype=torch.float64), "drawn from the data distribution")
+        add("normal", "normal", torch.randn(2, generator=generator, dtype=torch.float64),
+            "drawn from the data distribution")
     directions = [_unit(a) for a in (0.9, 3.1, 5.3)]
     for i, scale in enumerate(LARGE_SCALES):
         add("large", "edge: large", directions[i % 3] * scale, f"unit direction x {scale:g}")
@@ -230,11 +233,14 @@ def _trained_regressor() -> LoadRegressor:
         model = LoadRegressor()
     t = torch.linspace(0, 1, 256).unsqueeze(1)
     target = load_curve(t)
-    return _fit(model, lambda net: torch.nn.functional.mse_loss(net(t), target) / LoadRegressor.SCALE**2, 800, 0.01)
+    return _fit(
+        model, lambda net: torch.nn.functional.mse_loss(net(t), target) / LoadRegressor.SCALE**2, 800, 0.01
+    )
 
 
 def regressor(device: torch.device | str = "cpu") -> LoadRegressor:
-    """The lesson's regression model (fixed weights, eval mode) on ``device``; each call returns its own copy."""
+    """The lesson's regression model (fixed weights, eval mode) on ``device``; each call returns its own
+    copy."""
     return copy.deepcopy(_trained_regressor()).to(device)
 
 

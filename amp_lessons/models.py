@@ -52,7 +52,7 @@ class TimingMLP(nn.Module):
         return self.net(x)
 
 
-# ------------------------------------------------------ lesson 04: a classifier and a regressor with a reference
+# --------------------------------------------------- lesson 04: a classifier and a regressor with a reference
 
 
 class SectorClassifier(nn.Module):
@@ -91,7 +91,9 @@ class LoadRegressor(nn.Module):
 
     def __init__(self, hidden: int = 32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(1, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(1, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1)
+        )
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
         return self.OFFSET + self.SCALE * self.net(t)
@@ -158,7 +160,9 @@ class SensorClassifier(nn.Module):
         return self._region("head", self.head, self._region("body", self.body, x))
 
 
-def sensor_readings(n: int = 512, *, seed: int = 1, in_features: int = 16, classes: int = 4, scale: float = 300.0):
+def sensor_readings(
+    n: int = 512, *, seed: int = 1, in_features: int = 16, classes: int = 4, scale: float = 300.0
+):
     """``(readings [n, in_features], labels [n])`` for :class:`SensorClassifier`: a fixed, learnable task.
 
     The readings are raw values (standard deviation ``scale``, i.e. in the hundreds), not normalised: that
@@ -171,7 +175,7 @@ def sensor_readings(n: int = 512, *, seed: int = 1, in_features: int = 16, class
     return readings, (readings @ rule).argmax(dim=1)
 
 
-# ------------------------------------------------- lesson 05: models that overflow in ONE op under FP16 autocast
+# ---------------------------------------------- lesson 05: models that overflow in ONE op under FP16 autocast
 
 
 class ScoreProduct(nn.Module):
@@ -210,8 +214,8 @@ class TinyAttentionClassifier(nn.Module):
         return self.head((weights @ v).mean(dim=1))
 
 
-def attention_batch(n: int = 64, *, tokens: int = 12, features: int = 8, classes: int = 3, loud_every: int = 4,
-                    loudness: float = 150.0, seed: int = 0, device=None):
+def attention_batch(n: int = 64, *, tokens: int = 12, features: int = 8, classes: int = 3,
+                    loud_every: int = 4, loudness: float = 150.0, seed: int = 0, device=None):
     """Token sequences ``x [n, tokens, features]``, labels ``y [n]`` and a mask of the *loud* samples.
 
     Every ``loud_every``-th sample is multiplied by ``loudness`` (readings left in raw units): harmless
@@ -249,9 +253,10 @@ class TextureNet(nn.Module):
         return self.head(gram.flatten(1))
 
 
-def texture_batch(n: int = 16, *, tokens: int = 64, features: int = 8, classes: int = 3, strength: float = 60.0,
-                  seed: int = 0, device=None):
-    """Inputs ``x [n, tokens, features]`` (std ``strength``) and labels ``y [n]``, deterministic per ``seed``."""
+def texture_batch(n: int = 16, *, tokens: int = 64, features: int = 8, classes: int = 3,
+                  strength: float = 60.0, seed: int = 0, device=None):
+    """Inputs ``x [n, tokens, features]`` (std ``strength``) and labels ``y [n]``, deterministic per
+    ``seed``."""
     if n < 1 or tokens < 1 or features < 1 or classes < 2:
         raise ValueError("texture_batch needs n, tokens, features >= 1 and classes >= 2")
     generator = torch.Generator().manual_seed(seed)
@@ -260,7 +265,7 @@ def texture_batch(n: int = 16, *, tokens: int = 64, features: int = 8, classes: 
     return x.to(device), y.to(device)
 
 
-# ----------------------------------------------------------------------------- lesson 02: gradients that underflow / activations that overflow
+# -------------------------------------------- lesson 02: gradients that underflow / activations that overflow
 
 
 class DeepSigmoidMLP(nn.Module):
@@ -276,10 +281,13 @@ class DeepSigmoidMLP(nn.Module):
     - **activation gradients are per sample**: a weight gradient sums over the batch, the gradient of a
       layer's output does not, so activation gradients are smaller still.
     Nothing here is pathological in FP32, which has range to spare; in FP16 many gradients fall below
-    2^-24 and become zero. ``example_batch`` gives a fixed regression batch for it; ``seed`` fixes the weights.
+    2^-24 and become zero. ``example_batch`` gives a fixed regression batch for it; ``seed`` fixes the
+    weights.
     """
 
-    def __init__(self, in_features: int = 32, width: int = 64, depth: int = 7, out_features: int = 10, seed: int = 0):
+    def __init__(
+        self, in_features: int = 32, width: int = 64, depth: int = 7, out_features: int = 10, seed: int = 0
+    ):
         super().__init__()
         sizes = [in_features] + [width] * depth
         with seeded_weights(seed):
@@ -292,7 +300,9 @@ class DeepSigmoidMLP(nn.Module):
         return self.head(x)
 
     @staticmethod
-    def example_batch(n: int = 128, in_features: int = 32, out_features: int = 10, seed: int = 1, device="cpu"):
+    def example_batch(
+        n: int = 128, in_features: int = 32, out_features: int = 10, seed: int = 1, device="cpu"
+    ):
         """A fixed regression batch ``(x, y)``: standard-normal inputs and targets, from its own generator."""
         return normal_batch(n, in_features, out_features, seed, device)
 

@@ -31,4 +31,7 @@ def strict(monkeypatch):
 def pytest_report_header(config):
     import torch
 
-    return f"amp_lessons tests: torch {torch.__version__}, device override {os.environ.get('AMP_LESSONS_DEVICE', '-')}"
+    return (
+        f"amp_lessons tests: torch {torch.__version__}, "
+        f"device override {os.environ.get('AMP_LESSONS_DEVICE', '-')}"
+    )

@@ -69,14 +69,19 @@ INSTALL_HINT = (
 # User settings for the throw-away JupyterLab: render every cell (no windowing), no news or update checks.
 LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"checkForUpdates": False, "fetchNews": "false"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "checkForUpdates": False, "fetchNews": "false"
+    },
 }
 MATPLOTLIB_USE = re.compile(r"\bplt\.|\bmatplotlib\b|\bplots\.")
 
 
 def chromium_candidates() -> list[str]:
     names = [os.environ.get("AMP_LESSONS_CHROMIUM", ""), "/usr/bin/chromium"]
-    names += [shutil.which(n) or "" for n in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")]
+    names += [
+        shutil.which(n) or ""
+        for n in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    ]
     seen = []
     for name in names:
         if name and os.path.isfile(name) and os.access(name, os.X_OK) and name not in seen:
@@ -114,7 +119,9 @@ class LabServer:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values), encoding="utf-8")
         # learners' copies: the repository's clean notebooks are never opened, so never saved with outputs
-        shutil.copytree(ROOT / "notebooks", self.root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+        shutil.copytree(
+            ROOT / "notebooks", self.root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints")
+        )
         (self.root / "fixtures").mkdir()
         shutil.copy(FIXTURES / BROKEN_FIXTURE, self.root / "fixtures" / BROKEN_FIXTURE)
 
@@ -151,7 +158,9 @@ class LabServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with code {self.process.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"jupyter lab exited with code {self.process.returncode}:\n{self.log_tail()}"
+                )
             try:
                 self.api("GET", "api/status")
                 return
@@ -195,7 +204,8 @@ class LabServer:
 
 JS_FINISHED = """() => {
   const indicator = document.querySelector('.jp-Notebook-ExecutionIndicator');
-  const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')].map(e => e.textContent);
+  const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')]
+    .map(e => e.textContent);
   return !!indicator && indicator.getAttribute('data-status') === 'idle' && prompts.length > 0
       && !prompts.some(t => t.includes('*')) && /\\[\\d+\\]/.test(prompts.join(' '));
 }"""
@@ -218,7 +228,8 @@ JS_OUTPUTS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].ma
     const out = child.querySelector('.jp-OutputArea-output');
     if (!out) return {};
     const text = out.textContent || '';
-    const tracebacks = [...out.querySelectorAll('.jupyter-widgets [data-mime-type="application/vnd.jupyter.stderr"]')]
+    const tracebacks = [...out.querySelectorAll(
+      '.jupyter-widgets [data-mime-type="application/vnd.jupyter.stderr"]')]
       .map(e => e.textContent).filter(t => t.includes('Traceback'));
     return {
       widget: !!out.querySelector('.jupyter-widgets'),
@@ -231,7 +242,10 @@ JS_OUTPUTS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].ma
     };
   });
 })"""
-JS_STILL_LOADING = """() => [...document.querySelectorAll('.jp-OutputArea-output')].some(o => (o.textContent || '').includes('Loading widget'))"""
+JS_STILL_LOADING = (
+    "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+    ".some(o => (o.textContent || '').includes('Loading widget'))"
+)
 # What a widget shows besides its sliders (whose own readouts move with them).
 JS_VIEW = """(out) => {
   const copy = out.cloneNode(true);
@@ -300,22 +314,28 @@ def check_problems_in_model(model: dict, report: NotebookReport) -> None:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
                 report.problems.append(
-                    f"cell {number} (`{first_line(cell)}`) raised {output.get('ename')}: {str(output.get('evalue'))[:300]}"
+                    f"cell {number} (`{first_line(cell)}`) raised {output.get('ename')}: "
+                    f"{str(output.get('evalue'))[:300]}"
                 )
             data = output.get("data", {})
             if set(data) == {"text/plain"} and "<Figure size" in str(data["text/plain"]):
                 report.problems.append(
-                    f"cell {number} (`{first_line(cell)}`): a figure came out as text ({str(data['text/plain']).strip()[:60]}) "
+                    f"cell {number} (`{first_line(cell)}`): a figure came out as text "
+                    f"({str(data['text/plain']).strip()[:60]}) "
                     "instead of an image; is the inline backend disabled (MPLBACKEND) or plt.show() missing?"
                 )
     if never_ran:
-        report.problems.append(f"cell(s) {never_ran} never ran (Run All stops at the first error, or the kernel died)")
+        report.problems.append(
+            f"cell(s) {never_ran} never ran (Run All stops at the first error, or the kernel died)"
+        )
 
 
 def check_widgets_and_figures(model: dict, outputs: list, report: NotebookReport) -> None:
     cells = model.get("cells", [])
     if len(outputs) != len(cells):
-        report.problems.append(f"the page shows {len(outputs)} cells but the notebook has {len(cells)}: is windowing still on?")
+        report.problems.append(
+            f"the page shows {len(outputs)} cells but the notebook has {len(cells)}: is windowing still on?"
+        )
         return
     image_outputs = 0
     for number, (cell, shown) in enumerate(zip(cells, outputs), start=1):
@@ -327,21 +347,31 @@ def check_widgets_and_figures(model: dict, outputs: list, report: NotebookReport
                 report.widgets += 1
                 if dom.get("error_widget") or dom.get("error_text"):
                     why = dom.get("error_text") or next(
-                        (e for e in report.console_errors if "module" in e or "widget" in e.lower()), "see the browser console"
+                        (e for e in report.console_errors if "module" in e or "widget" in e.lower()),
+                        "see the browser console",
                     )
-                    report.problems.append(f"{where}: widget did not render (Error displaying widget; {why.splitlines()[0]})")
+                    report.problems.append(
+                        f"{where}: widget did not render (Error displaying widget; {why.splitlines()[0]})"
+                    )
                 elif dom.get("loading"):
                     report.problems.append(f"{where}: widget still shows 'Loading widget...'")
                 elif not dom.get("widget"):
                     report.problems.append(f"{where}: widget output shows no widget at all")
                 if dom.get("widget_traceback"):
-                    report.problems.append(f"{where}: the widget shows a traceback: {dom['widget_traceback']}")
+                    report.problems.append(
+                        f"{where}: the widget shows a traceback: {dom['widget_traceback']}"
+                    )
             if any(kind.startswith("image/") for kind in data):
                 image_outputs += 1
     report.images = sum(d.get("images", 0) for shown in outputs for d in shown)
     if report.images < image_outputs:
-        report.problems.append(f"the notebook has {image_outputs} image output(s) but the page shows {report.images} <img>")
-    if any(MATPLOTLIB_USE.search(cell_source(c)) for c in cells if c.get("cell_type") == "code") and not report.images:
+        report.problems.append(
+            f"the notebook has {image_outputs} image output(s) but the page shows {report.images} <img>"
+        )
+    if (
+        any(MATPLOTLIB_USE.search(cell_source(c)) for c in cells if c.get("cell_type") == "code")
+        and not report.images
+    ):
         report.problems.append("the notebook uses matplotlib but no figure (<img>) appears in any output")
 
 
@@ -355,12 +385,17 @@ def wait_until_settled(page, timeout: float = 15.0) -> None:
 
 def check_sliders(page, model: dict, report: NotebookReport, timeout: float = SLIDER_TIMEOUT) -> None:
     """In every top-level output that has a slider, move its first slider and expect the view to change."""
-    outputs = page.locator(".jp-Notebook .jp-Cell .jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output")
+    outputs = page.locator(
+        ".jp-Notebook .jp-Cell .jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output"
+    )
     for index in range(outputs.count()):
         output = outputs.nth(index)
         if output.locator(".noUi-handle").count() == 0:
             continue
-        number = output.evaluate("(o) => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].indexOf(o.closest('.jp-Cell')) + 1")
+        number = output.evaluate(
+            "(o) => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]"
+            ".indexOf(o.closest('.jp-Cell')) + 1"
+        )
         cell = model["cells"][number - 1] if 0 < number <= len(model.get("cells", [])) else {}
         where = f"cell {number} (`{first_line(cell)}`)"
         handle = output.locator(".noUi-handle").first
@@ -389,17 +424,21 @@ def check_sliders(page, model: dict, report: NotebookReport, timeout: float = SL
             previous = view
         if not changed:
             report.problems.append(
-                f"{where}: moving the slider {name!r} from {before_value} to {after_value} changed nothing else in "
-                f"the widget within {timeout:.0f} s (is it wired to the figure/table with interactive_output or observe?)"
+                f"{where}: moving the slider {name!r} from {before_value} to {after_value} "
+                f"changed nothing else in the widget within {timeout:.0f} s "
+                "(is it wired to the figure/table with interactive_output or observe?)"
             )
             continue
         report.sliders_moved += 1
         traceback = output.evaluate(
-            "(o) => [...o.querySelectorAll('[data-mime-type=\"application/vnd.jupyter.stderr\"]')].map(e => e.textContent)"
+            "(o) => [...o.querySelectorAll('[data-mime-type=\"application/vnd.jupyter.stderr\"]')]"
+            ".map(e => e.textContent)"
             ".filter(t => t.includes('Traceback')).map(t => t.trim().split('\\n').slice(-1)[0]).join(' | ')"
         )
         if traceback:
-            report.problems.append(f"{where}: after moving the slider {name!r} the widget shows a traceback: {traceback[:300]}")
+            report.problems.append(
+                f"{where}: after moving the slider {name!r} the widget shows a traceback: {traceback[:300]}"
+            )
 
 
 def wait_for_kernel(page, lab: LabServer, path: str, timeout: float = 120.0) -> None:
@@ -411,7 +450,11 @@ def wait_for_kernel(page, lab: LabServer, path: str, timeout: float = 120.0) -> 
             sessions = [s for s in lab.api("GET", "api/sessions") or [] if s.get("path") == path]
         except (OSError, urllib.error.URLError, ValueError):
             sessions = []
-        if sessions and (sessions[0].get("kernel") or {}).get("execution_state") == "idle" and page.evaluate(JS_KERNEL_IDLE):
+        if (
+            sessions
+            and (sessions[0].get("kernel") or {}).get("execution_state") == "idle"
+            and page.evaluate(JS_KERNEL_IDLE)
+        ):
             return
         time.sleep(0.25)
     raise AssertionError(f"{path}: the kernel was not ready after {timeout:.0f} s\n{lab.log_tail()}")
@@ -420,14 +463,22 @@ def wait_for_kernel(page, lab: LabServer, path: str, timeout: float = 120.0) -> 
 def diagnostics(page, lab: LabServer, path: str) -> list:
     """Context for a failure: open dialogs, the kernel's state, the server's last words about kernels."""
     notes = []
-    dialogs = page.evaluate("() => [...document.querySelectorAll('.jp-Dialog')].map(d => d.textContent.trim().slice(0, 200))")
+    dialogs = page.evaluate(
+        "() => [...document.querySelectorAll('.jp-Dialog')].map(d => d.textContent.trim().slice(0, 200))"
+    )
     notes += [f"(dialog open: {d})" for d in dialogs]
     try:
-        states = [(s.get("kernel") or {}).get("execution_state") for s in lab.api("GET", "api/sessions") or [] if s.get("path") == path]
+        states = [
+            (s.get("kernel") or {}).get("execution_state")
+            for s in lab.api("GET", "api/sessions") or []
+            if s.get("path") == path
+        ]
         notes.append(f"(kernel state now: {states or 'no session'})")
     except (OSError, urllib.error.URLError, ValueError):
         pass
-    log = [line for line in lab.log_tail(200).splitlines() if re.search(r"restart|died|dead|error", line, re.I)]
+    log = [
+        line for line in lab.log_tail(200).splitlines() if re.search(r"restart|died|dead|error", line, re.I)
+    ]
     notes += [f"(server log: {line.strip()[:200]})" for line in log[-5:]]
     return notes
 
@@ -435,12 +486,16 @@ def diagnostics(page, lab: LabServer, path: str) -> list:
 def check_notebook_in_lab(
     browser, lab: LabServer, path: str, screenshot: Path | None = None, slider_timeout: float = SLIDER_TIMEOUT
 ) -> NotebookReport:
-    """Open ``path`` (relative to the server root) in a fresh workspace, Run All, and report what a learner would see."""
+    """Open ``path`` (relative to the server root) in a fresh workspace, Run All, and report what a learner
+    would see."""
     report = NotebookReport(Path(path).name)
     started = time.monotonic()
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(30_000)
-    page.on("console", lambda message: report.console_errors.append(message.text[:300]) if message.type == "error" else None)
+    page.on(
+        "console",
+        lambda message: report.console_errors.append(message.text[:300]) if message.type == "error" else None,
+    )
     page.on("pageerror", lambda error: report.console_errors.append(f"page error: {str(error)[:300]}"))
     workspace = f"w{secrets.token_hex(4)}"
     try:
@@ -455,7 +510,9 @@ def check_notebook_in_lab(
         try:
             page.wait_for_function(JS_FINISHED, timeout=RUN_TIMEOUT * 1000, polling=250)
         except Exception:
-            report.problems.append(f"Run All had not finished after {RUN_TIMEOUT:.0f} s (a cell hangs, or the kernel is busy)")
+            report.problems.append(
+                f"Run All had not finished after {RUN_TIMEOUT:.0f} s (a cell hangs, or the kernel is busy)"
+            )
         report.run_seconds = time.monotonic() - run_started
         wait_until_settled(page)
         time.sleep(0.5)
@@ -470,16 +527,22 @@ def check_notebook_in_lab(
         check_sliders(page, model, report, slider_timeout)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
-            page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")  # room for the notebook
-            for target in (".jp-Cell-outputArea .jp-OutputArea-output:has(.noUi-handle)", ".jp-OutputArea-output img",
-                           ".jp-OutputArea-output .jupyter-widgets"):
+            # room for the notebook
+            page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
+            for target in (
+                ".jp-Cell-outputArea .jp-OutputArea-output:has(.noUi-handle)",
+                ".jp-OutputArea-output img",
+                ".jp-OutputArea-output .jupyter-widgets",
+            ):
                 found = page.locator(f".jp-Notebook {target}")
                 if found.count():
                     found.first.scroll_into_view_if_needed()
                     break
             time.sleep(0.3)
             page.screenshot(path=str(screenshot))
-            report.screenshot = str(screenshot.relative_to(ROOT) if screenshot.is_relative_to(ROOT) else screenshot)
+            report.screenshot = str(
+                screenshot.relative_to(ROOT) if screenshot.is_relative_to(ROOT) else screenshot
+            )
     finally:
         lab.shutdown_kernels(path)
         page.close()
@@ -529,7 +592,9 @@ def lab(browser):
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
 def test_lesson_works_in_jupyterlab(browser, lab, lesson):
-    report = check_notebook_in_lab(browser, lab, f"notebooks/{lesson.name}", SCREENSHOTS / f"{lesson.stem}.png")
+    report = check_notebook_in_lab(
+        browser, lab, f"notebooks/{lesson.name}", SCREENSHOTS / f"{lesson.stem}.png"
+    )
     print(report)
     assert not report.problems, f"{lesson.name} is broken in JupyterLab:\n{report}"
 
@@ -537,7 +602,8 @@ def test_lesson_works_in_jupyterlab(browser, lab, lesson):
 def test_checker_reports_broken_widgets(browser, lab):
     """The planted problems are each reported, and the working slider + figure are not."""
     report = check_notebook_in_lab(
-        browser, lab, f"fixtures/{BROKEN_FIXTURE}", SCREENSHOTS / "fixture_widget_problems.png", slider_timeout=8
+        browser, lab, f"fixtures/{BROKEN_FIXTURE}", SCREENSHOTS / "fixture_widget_problems.png",
+        slider_timeout=8,
     )
     print(report)
     text = "\n".join(report.problems)

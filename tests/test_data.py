@@ -74,7 +74,9 @@ def test_reference_is_finite_and_boundary_samples_are_nearly_tied():
     assert torch.equal(decide(scores[normal]), rs.labels[normal])
 
 
-@pytest.mark.skipif(not fp16_autocast_works(), reason="CPU autocast float16 not available in this torch build")
+@pytest.mark.skipif(
+    not fp16_autocast_works(), reason="CPU autocast float16 not available in this torch build"
+)
 def test_fp16_overflows_inside_the_model_and_flushes_tiny_inputs():
     rs = data.reference_set()
     features = data.preprocess(rs.inputs)

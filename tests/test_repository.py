@@ -7,7 +7,9 @@ from notebook_code import ROOT
 
 from amp_lessons.tools import builder
 
-NOTEBOOKS = sorted(p for folder in ("notebooks", "solutions", "exercises") for p in (ROOT / folder).glob("*.ipynb"))
+NOTEBOOKS = sorted(
+    p for folder in ("notebooks", "solutions", "exercises") for p in (ROOT / folder).glob("*.ipynb")
+)
 
 
 def test_there_are_notebooks():
@@ -23,7 +25,9 @@ def test_notebook_is_committed_clean(path):
         if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count") is not None)
     ]
     assert not dirty, f"{path.name}: cells {dirty} have outputs; run `python -m amp_lessons clean {path}`"
-    assert notebook["metadata"].get("kernelspec", {}).get("name") == "python3", f"{path.name}: kernelspec must be python3"
+    assert notebook["metadata"].get("kernelspec", {}).get("name") == "python3", (
+        f"{path.name}: kernelspec must be python3"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -32,12 +36,16 @@ def test_notebook_uses_current_amp_api(path):
     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
         source = builder.cell_source(cell)
         if cell["cell_type"] == "code" and "torch.cuda.amp" in source:
-            assert "deprecat" in source.lower(), f"{path.name}: uses torch.cuda.amp without showing it is deprecated"
+            assert "deprecat" in source.lower(), (
+                f"{path.name}: uses torch.cuda.amp without showing it is deprecated"
+            )
 
 
 def test_exercises_are_generated_from_solutions():
     problems = builder.stale_exercises()
-    assert not problems, "exercises/ is stale; run `python -m amp_lessons build-exercises`:\n" + "\n".join(problems)
+    assert not problems, (
+        "exercises/ is stale; run `python -m amp_lessons build-exercises`:\n" + "\n".join(problems)
+    )
 
 
 def test_every_lesson_with_exercises_has_a_lesson_notebook():
