@@ -5,12 +5,19 @@ whether the choice was right, the right answer and why. Where no widget front en
 plain console, nbconvert, a terminal) the same question prints as readable text and
 ``quiz[i].answer(choice)`` gives the same feedback. The grading logic is plain Python so tests can
 drive it without a browser.
+
+The questions live in data files (``amp_lessons/quizzes/NN_<lesson>.json``), not in the notebooks, so the
+answer is not sitting in the cell that shows the quiz; a lesson shows its quiz with ``lesson_quiz("03")``.
 """
 
 from __future__ import annotations
 
 import html
+import json
 from dataclasses import dataclass
+from pathlib import Path
+
+QUIZ_FOLDER = Path(__file__).resolve().parent / "quizzes"
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,8 @@ class Quiz:
     def __str__(self) -> str:
         parts = [f"Quiz — {self.title}"]
         parts += [q.text(i + 1) for i, q in enumerate(self.questions)]
-        parts.append("Answer in JupyterLab with the buttons, or here with quiz.answer(question_number, option_number).")
+        parts.append("Answer in JupyterLab with the buttons, or here with "
+                     "quiz.answer(question_number, option_number).")
         return "\n\n".join(parts)
 
     def __repr__(self) -> str:
@@ -110,3 +118,21 @@ class Quiz:
         except Exception:  # no ipywidgets or no kernel: the text form is the quiz
             pass
         return bundle
+
+
+def quiz_file(lesson: str) -> Path:
+    """The data file of lesson ``lesson`` ("03" or "03_autocast_and_gradscaler")."""
+    number = str(lesson)[:2]
+    matches = sorted(QUIZ_FOLDER.glob(f"{number}_*.json"))
+    if not matches:
+        known = ", ".join(path.stem for path in sorted(QUIZ_FOLDER.glob("*.json")))
+        raise FileNotFoundError(f"No quiz for lesson {lesson!r}; the quizzes are {known}.")
+    return matches[0]
+
+
+def lesson_quiz(lesson: str) -> Quiz:
+    """Lesson ``lesson``'s quiz, read from its data file; as a cell's last line it shows the questions."""
+    data = json.loads(quiz_file(lesson).read_text(encoding="utf-8"))
+    questions = [Question(q["prompt"], tuple(q["options"]), int(q["correct"]), q["explanation"])
+                 for q in data["questions"]]
+    return Quiz(data["title"], questions)
