@@ -9,44 +9,40 @@
    off and the parameters left untouched;
 4. two consecutive FP16 steps with ``growth_interval=1`` (the scale must grow in between).
 
-While the learner's code runs, everything it touches records what happens: the model (is autocast on in
-forward, in which dtype, are the parameters still FP32), the loss function (autocast on?), a probe at the
-model output (is autocast on during backward, by how much was the loss scaled, were old gradients still
-there), the GradScaler and the optimizer (which methods, in which order, the gradient norm the optimizer is
-about to use). A mistake is then named from what was observed, not guessed from the final numbers.
+While the learner's code runs, everything it touches records what happens (``amp_lessons.step_probes``):
+autocast on or off in forward, loss and backward, the dtypes, the calls to the scaler and the optimizer in
+order, the gradient norm the optimizer used. ``Seen`` holds those facts next to the reference call's, and
+three tables of small named rules (``CALL_RULES``, ``CLIP_RULES``, ``RESULT_RULES``; the first that
+recognises the call names the mistake) turn them into a message: observed, not guessed from final numbers.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from amp_lessons.autocast_state import autocast_dtype, autocast_enabled, switch_autocast_off
+from amp_lessons.autocast_state import autocast_enabled, switch_autocast_off
 from amp_lessons.checks.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed
+from amp_lessons.checks.mistakes import Mistake, name_mistake
 from amp_lessons.environment import dtype_name, one_cpu_thread
-from amp_lessons.models import TinyClassifier, seeded_weights
-from amp_lessons.training import total_grad_norm
+from amp_lessons.step_probes import (
+    DEVICE_TYPE,
+    SCENARIOS,
+    CountingStepLR,
+    Log,
+    ProbedRun,
+    Scenario,
+    grad_norm,
+)
 from amp_lessons.training import train_step as reference_train_step
 from amp_lessons.utils import scale_text
-
-DEVICE_TYPE = "cpu"  # every scenario runs on the CPU, whatever the learner's machine has
-
-
-# ----------------------------------------------------------------------------------------------- helpers
-
-
-def grad_norm(parameters) -> float:
-    """Total 2-norm of the gradients (missing gradients count as zero); inf/NaN stay visible."""
-    return float(total_grad_norm(parameters))
-
-
-def _grads_all_zero(parameters) -> bool:
-    return all(p.grad is None or not bool(p.grad.detach().ne(0).any()) for p in parameters)
 
 
 def _close(a: float, b: float, rtol: float) -> bool:
@@ -55,163 +51,7 @@ def _close(a: float, b: float, rtol: float) -> bool:
     return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-30)
 
 
-# ------------------------------------------------------------------------------------- recording objects
-
-
-class Log:
-    """What happened during one call of a training step, in order."""
-
-    def __init__(self):
-        self.events: list = []
-        self.inside_scaler_step = False  # optimizer.step() called by scaler.step() vs. by the learner
-
-    def add(self, name: str, **info) -> dict:
-        event = {"name": name, **info}
-        self.events.append(event)
-        return event
-
-    def names(self) -> list:
-        return [e["name"] for e in self.events]
-
-    def first(self, name: str):
-        return next((e for e in self.events if e["name"] == name), None)
-
-    def count(self, name: str) -> int:
-        return sum(1 for e in self.events if e["name"] == name)
-
-
-class _OutputProbe(torch.autograd.Function):
-    """Identity on the model output; its backward is the first to run, so it sees the state backward starts in."""
-
-    @staticmethod
-    def forward(ctx, x, watched):
-        ctx.watched = watched
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        watched = ctx.watched
-        g = grad.detach().float()
-        finite = bool(torch.isfinite(g).all())
-        watched.log.add(
-            "backward",
-            autocast=autocast_enabled(DEVICE_TYPE),
-            grad_absmax=float(g.abs().max()) if finite else float("inf"),
-            finite=finite,
-            stale=not _grads_all_zero(watched.parameters()),
-        )
-        return grad, None
-
-
-class WatchedModel(nn.Module):
-    """The model handed to the learner: a TinyClassifier whose forward records the autocast state and dtypes."""
-
-    def __init__(self, log: Log, seed: int = 0):
-        super().__init__()
-        with seeded_weights(seed):
-            self.core = TinyClassifier()
-        self.log = log
-
-    def forward(self, x):
-        self.log.add(
-            "forward",
-            autocast=autocast_enabled(DEVICE_TYPE),
-            autocast_cuda=autocast_enabled("cuda"),
-            dtype=autocast_dtype(DEVICE_TYPE),
-            param_dtypes={p.dtype for p in self.parameters()},
-        )
-        return _OutputProbe.apply(self.core(x), self)
-
-
-class WatchedLoss:
-    """Cross-entropy that records whether autocast was on when the loss was computed."""
-
-    def __init__(self, log: Log):
-        self.log = log
-
-    def __call__(self, outputs, targets):
-        self.log.add("loss", autocast=autocast_enabled(DEVICE_TYPE))
-        return F.cross_entropy(outputs, targets)
-
-
-class RecordingSGD(torch.optim.SGD):
-    """SGD that records zero_grad() and step(), and whether step() came from scaler.step()."""
-
-    def __init__(self, params, log: Log, lr: float = 0.1):
-        super().__init__(params, lr=lr)
-        self._log = log
-
-    def zero_grad(self, set_to_none: bool = True):
-        self._log.add("zero_grad")
-        return super().zero_grad(set_to_none=set_to_none)
-
-    def step(self, closure=None):
-        self._log.add("optimizer.step", via_scaler=self._log.inside_scaler_step)
-        return super().step(closure)
-
-
-class RecordingScaler(torch.amp.GradScaler):
-    """A real GradScaler that records each public call (before doing it, so the record survives its errors)."""
-
-    def __init__(self, log: Log, **kwargs):
-        super().__init__(DEVICE_TYPE, **kwargs)
-        self._log = log
-
-    def _params(self, optimizer):
-        return [p for group in optimizer.param_groups for p in group["params"]]
-
-    def scale(self, outputs):
-        self._log.add("scale")
-        return super().scale(outputs)
-
-    def unscale_(self, optimizer):
-        if self._log.inside_scaler_step:  # step() unscales by itself when the learner did not
-            return super().unscale_(optimizer)
-        self._log.add("unscale_", norm_before=grad_norm(self._params(optimizer)))
-        return super().unscale_(optimizer)
-
-    def step(self, optimizer, *args, **kwargs):
-        names = self._log.names()
-        since_update = names[len(names) - names[::-1].index("update"):] if "update" in names else names
-        unscaled = "unscale_" in since_update
-        scale = float(self._scale) if self._scale is not None else float("nan")
-        params = self._params(optimizer)
-        self._log.add("scaler.step", unscaled=unscaled, norm=grad_norm(params), scale=scale,
-                      all_zero=_grads_all_zero(params))
-        self._log.inside_scaler_step = True
-        try:
-            return super().step(optimizer, *args, **kwargs)
-        finally:
-            self._log.inside_scaler_step = False
-
-    def update(self, new_scale=None):
-        self._log.add("update")
-        return super().update(new_scale)
-
-
-# ------------------------------------------------------------------------------------------- scenarios
-
-
-@dataclass(frozen=True)
-class Scenario:
-    title: str
-    dtype: torch.dtype
-    max_norm: float | None
-    init_scale: float
-    growth_interval: int = 2000
-    steps: int = 1
-    stale_grads: bool = False
-    seed: int = 0
-
-
-SCENARIOS = (
-    Scenario("a normal FP16 step (max_norm=None, old gradients left in .grad)", torch.float16, None, 2.0**10,
-             stale_grads=True, seed=1),
-    Scenario("a BF16 step whose unscaled gradient norm is above max_norm=0.05", torch.bfloat16, 0.05, 2.0**10, seed=2),
-    Scenario("an FP16 step that overflows (init_scale=2**40, max_norm=1.0)", torch.float16, 1.0, 2.0**40, seed=3),
-    Scenario("two consecutive FP16 steps (growth_interval=1, max_norm=1.0)", torch.float16, 1.0, 2.0**8,
-             growth_interval=1, steps=2, seed=4),
-)
+# ------------------------------------------------------------------------------------- one recorded call
 
 
 @dataclass
@@ -231,293 +71,396 @@ class CallRecord:
     param_dtypes_after: set = field(default_factory=set)
 
 
-class _Run:
-    """One training run (model, optimizer, scaler, data) that a step function is called on."""
+def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
+    """Call ``fn`` on the run's next batch and record everything the probes saw."""
+    record = CallRecord(run.new_log(), scale_before=run.scaler.get_scale())
+    inputs, targets = run.batches[index]
+    original_init = torch.amp.GradScaler.__init__
 
-    def __init__(self, scenario: Scenario):
-        self.scenario = scenario
-        self.log = Log()
-        self.model = WatchedModel(self.log, seed=scenario.seed)
-        self.optimizer = RecordingSGD(self.model.parameters(), self.log, lr=0.1)
-        self.scaler = RecordingScaler(self.log, init_scale=scenario.init_scale, growth_interval=scenario.growth_interval)
-        self.loss_fn = WatchedLoss(self.log)
-        g = torch.Generator().manual_seed(100 + scenario.seed)
-        self.batches = [(torch.randn(8, 6, generator=g) * 2, torch.randint(0, 4, (8,), generator=g))
-                        for _ in range(scenario.steps)]
-        if scenario.stale_grads:
-            for p in self.model.parameters():
-                p.grad = torch.randn(p.shape, generator=g)
+    def counting_init(scaler_self, *args, **kwargs):
+        record.new_scalers += 1
+        original_init(scaler_self, *args, **kwargs)
 
-    def call(self, fn, index: int, learner: bool) -> CallRecord:
-        self.log = self.model.log = self.loss_fn.log = self.optimizer._log = self.scaler._log = Log()
-        record = CallRecord(self.log, scale_before=self.scaler.get_scale())
-        inputs, targets = self.batches[index]
-        original_init = torch.amp.GradScaler.__init__
-
-        def counting_init(scaler_self, *args, **kwargs):
-            record.new_scalers += 1
-            original_init(scaler_self, *args, **kwargs)
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.amp.GradScaler.__init__ = counting_init
-            try:
-                kwargs = {"dtype": self.scenario.dtype, "max_norm": self.scenario.max_norm}
-                if learner:
-                    record.returned = call_learner(fn, self.model, self.optimizer, self.scaler, self.loss_fn,
-                                                   inputs.clone(), targets.clone(), what="`train_step`", **kwargs)
-                else:
-                    record.returned = fn(self.model, self.optimizer, self.scaler, self.loss_fn, inputs, targets, **kwargs)
-            except LearnerProblem as problem:
-                record.problem = problem
-            finally:
-                torch.amp.GradScaler.__init__ = original_init
-                record.autocast_left_on = autocast_enabled(DEVICE_TYPE) or autocast_enabled("cuda")
-                if record.autocast_left_on:
-                    switch_autocast_off()
-        record.warnings = [str(w.message) for w in caught]
-        params = list(self.model.parameters())
-        record.norm_after = grad_norm(params)
-        record.params_after = [p.detach().clone() for p in params]
-        record.param_dtypes_after = {p.dtype for p in params}
-        record.scale_after = self.scaler.get_scale() if self.scaler._scale is not None else float("nan")
-        return record
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.amp.GradScaler.__init__ = counting_init
+        try:
+            kwargs = {"dtype": run.scenario.dtype, "max_norm": run.scenario.max_norm}
+            if learner:
+                record.returned = call_learner(fn, run.model, run.optimizer, run.scaler, run.loss_fn,
+                                               inputs.clone(), targets.clone(), what="`train_step`", **kwargs)
+            else:
+                record.returned = fn(run.model, run.optimizer, run.scaler, run.loss_fn, inputs, targets,
+                                     **kwargs)
+        except LearnerProblem as problem:
+            record.problem = problem
+        finally:
+            torch.amp.GradScaler.__init__ = original_init
+            record.autocast_left_on = autocast_enabled(DEVICE_TYPE) or autocast_enabled("cuda")
+            if record.autocast_left_on:
+                switch_autocast_off()
+    record.warnings = [str(w.message) for w in caught]
+    params = list(run.model.parameters())
+    record.norm_after = grad_norm(params)
+    record.params_after = [p.detach().clone() for p in params]
+    record.param_dtypes_after = {p.dtype for p in params}
+    record.scale_after = run.scaler.get_scale() if run.scaler._scale is not None else float("nan")
+    return record
 
 
 # ------------------------------------------------------------------------------------------- diagnosis
 
 
-def _diagnose(ref: CallRecord, got: CallRecord, scenario: Scenario, step_no: int) -> str | None:
-    """The named mistake in ``got`` (the learner's call), judged against ``ref``; None when it matches."""
-    log = got.log
-    names = log.names()
-    where = f"In {scenario.title}" + (f", call {step_no + 1}" if scenario.steps > 1 else "")
-    error = got.problem.result.message if got.problem is not None else ""
-    text = " ".join(got.warnings) + " " + error
-    lower = text.lower()
+@dataclass
+class Seen:
+    """The facts every rule reads: the learner's call (``got``) next to the reference call (``ref``)."""
 
-    if got.autocast_left_on:
-        return (f"{where}: autocast was still switched on after train_step returned. Use it as a context manager, "
-                "`with torch.autocast(device_type=..., dtype=dtype):`, so it ends after the loss.")
-    if got.new_scalers:
-        deprecated = " (and torch.cuda.amp.GradScaler is deprecated: use torch.amp.GradScaler)" if "torch.cuda.amp.gradscaler" in lower else ""
-        return (f"{where}: your train_step created a new GradScaler{deprecated}. Create the scaler once per training "
-                "run and use the one passed in: a fresh scaler starts from init_scale every step, so it never "
-                "learns a safe scale, and the skip/backoff history that protects training is thrown away.")
-    low_params = {d for d in got.param_dtypes_after if d != torch.float32}
-    forward = log.first("forward")
-    if forward is not None:
-        low_params |= {d for d in forward["param_dtypes"] if d != torch.float32}
-    if low_params:
-        return (f"{where}: the model's parameters became {', '.join(sorted(dtype_name(d) for d in low_params))} — "
-                "did you call .half() / .to(dtype) on the model? Keep FP32 master weights: autocast casts a copy "
-                "per op, the optimizer updates the FP32 weights (small updates survive), and GradScaler refuses "
-                "FP16 gradients ('Attempting to unscale FP16 gradients.').")
-    if forward is None:
-        if error:
-            return f"{where}: {error}"
-        return f"{where}: the model was never called. Compute `outputs = model(inputs)` inside autocast."
-    if not forward["autocast"]:
-        if forward["autocast_cuda"] or ("cuda" in lower and ("not available" in lower or "deprecated" in lower)):
-            how = ("torch.cuda.amp.autocast (deprecated, and CUDA-only)" if "torch.cuda.amp.autocast" in lower
-                   else "device_type='cuda'")
-            return (f"{where}: autocast was on for CUDA but the tensors are on the CPU, so the forward pass ran in "
-                    f"FP32: you used {how}. Take the device from the data: "
-                    "`torch.autocast(device_type=inputs.device.type, dtype=dtype)`.")
-        return (f"{where}: the forward pass did not run under autocast (the model ran in FP32). Wrap the forward "
-                "pass and the loss in `with torch.autocast(device_type=inputs.device.type, dtype=dtype):`.")
-    if forward["dtype"] != scenario.dtype:
-        return (f"{where}: autocast ran in {dtype_name(forward['dtype'])}, but train_step was called with "
-                f"dtype={dtype_name(scenario.dtype)}. Pass it on: `torch.autocast(..., dtype=dtype)`.")
-    loss_event = log.first("loss")
-    if loss_event is None:
-        if error:
-            return f"{where}: {error}"
-        return f"{where}: loss_fn was never called. Compute `loss = loss_fn(outputs, targets)` inside autocast."
-    if not loss_event["autocast"]:
-        return (f"{where}: the loss was computed outside autocast. Put `loss = loss_fn(outputs, targets)` inside "
-                "the same `with torch.autocast(...)` block as the forward pass: the policy decides the loss's "
-                "precision too (on CUDA, cross_entropy and mse_loss are on its float32 list); outside it the loss "
-                "runs in whatever low precision the outputs happen to have.")
-    backward = log.first("backward")
-    scale_event = log.first("scale")
-    if backward is None:
-        if error:
-            return f"{where}: {error}"
-        return f"{where}: there was no backward pass. Call `scaler.scale(loss).backward()` after the autocast block."
-    if backward["autocast"]:
-        return (f"{where}: backward ran inside the autocast block. Autocast should cover only the forward pass and "
-                "the loss (the PyTorch docs advise against backward under autocast), and it is not harmless: "
-                "backward ops are dispatched through autocast again, so a region you kept in FP32 with "
-                "`torch.autocast(..., enabled=False)` gets low-precision gradients. Move "
-                "`scaler.scale(loss).backward()` below the `with` block.")
-    ref_backward = ref.log.first("backward")
-    if scale_event is None or (ref_backward and ref_backward["finite"] and backward["finite"]
-                               and _close(backward["grad_absmax"], ref_backward["grad_absmax"] / got.scale_before, 0.05)):
-        return (f"{where}: backward ran on the unscaled loss (`loss.backward()`). Scale it first: "
-                "`scaler.scale(loss).backward()`. Otherwise small FP16 gradients still underflow, and "
-                "scaler.step() divides the gradients by the scale anyway, so every update is "
-                f"{scale_text(got.scale_before)} times too small.")
-    if ref_backward and ref_backward["finite"] and backward["finite"] and not _close(
-            backward["grad_absmax"], ref_backward["grad_absmax"], 0.05):
-        ratio = backward["grad_absmax"] / (ref_backward["grad_absmax"] / got.scale_before)
-        return (f"{where}: the gradient reaching the model output was {ratio:.4g} times the unscaled one; with "
-                f"`scaler.scale(loss).backward()` it is exactly the scale, {scale_text(got.scale_before)}. Scale the "
-                "loss once, with scaler.scale, and call backward on that.")
-    if _zero_grad_between(log, "backward", "scaler.step"):
-        return (f"{where}: you called zero_grad() after backward: it erased this step's gradients before the "
-                "optimizer used them. Zero the gradients at the start of the step, before the forward pass.")
-    if backward["stale"]:
-        end = (" You clear them at the end of the step: the first step of a run (or one after any other backward) "
-               "still adds up old gradients, so clear at the start." if _after(log, "zero_grad", "update") else "")
-        return (f"{where}: gradients from an earlier backward pass were still in .grad when backward ran, so they "
-                "were added to this step's gradients. Start the step with `optimizer.zero_grad()`." + end)
-    direct = [e for e in log.events if e["name"] == "optimizer.step" and not e["via_scaler"]]
-    if direct:
-        both = " as well as scaler.step(optimizer) (so it stepped twice)" if "scaler.step" in names else ""
-        return (f"{where}: you called optimizer.step() directly{both}. Use `scaler.step(optimizer)` only: it "
-                "unscales the gradients if you have not, and skips the update when they contain inf/NaN; "
-                "optimizer.step() applies scaled or non-finite gradients to the weights.")
-    if log.count("unscale_") > 1:
-        return (f"{where}: scaler.unscale_(optimizer) was called twice in one step (torch raises 'unscale_() has "
-                "already been called on this optimizer since the last update()'). Call it once, after backward "
-                "and before clipping.")
-    if "unscale_" in names and "scaler.step" in names and names.index("unscale_") > names.index("scaler.step"):
-        return (f"{where}: scaler.unscale_() came after scaler.step(). step() has already unscaled and applied the "
-                "gradients; unscale_ belongs between backward and clipping.")
-    if "update" in names and ("scaler.step" not in names or names.index("update") < names.index("scaler.step")):
-        return (f"{where}: scaler.update() ran before scaler.step(optimizer). update() reads the inf checks of "
-                "this step's step() and then resets them, so it must come last: "
-                "backward -> unscale_ -> clip -> step -> update.")
-    if "scaler.step" not in names:
-        if error and "non-finite" in lower and "clip" in lower:
-            return (f"{where}: {error}. With a GradScaler, inf/NaN gradients are expected now and then (an "
-                    "overflow that scaler.step skips): do not make clipping raise on them (error_if_nonfinite=False).")
-        if error:
-            return f"{where}: {error}"
-        return f"{where}: the optimizer never stepped. Call `scaler.step(optimizer)` after clipping."
-    step = log.first("scaler.step")
-    if step["all_zero"] and not ref.log.first("scaler.step")["all_zero"]:
-        return (f"{where}: all gradients were zero when scaler.step() ran: did you call zero_grad() after "
-                "backward? It erases the gradients before the optimizer uses them; zero them at the start of the step.")
-    if "update" not in names:
-        return (f"{where}: scaler.update() was never called. Without it the scale never adapts (no backoff after "
-                "an overflow, no growth), and the next scaler.step() fails with 'step() has already been called "
-                "since the last update()'. End the step with `scaler.update()`.")
-    if log.count("update") > 1:
-        return f"{where}: scaler.update() was called {log.count('update')} times; once per step, after scaler.step()."
-    if error:
-        return f"{where}: {error}"
+    ref: CallRecord
+    got: CallRecord
+    scenario: Scenario
+    step_no: int = 0
 
-    message = _diagnose_clipping(ref, got, scenario, where)
-    if message:
-        return message
-    return _diagnose_results(ref, got, scenario, where)
+    @property
+    def where(self) -> str:
+        more = f", call {self.step_no + 1}" if self.scenario.steps > 1 else ""
+        return f"In {self.scenario.title}{more}"
 
+    @property
+    def log(self) -> Log:
+        return self.got.log
 
-def _zero_grad_between(log: Log, start: str, end: str) -> bool:
-    names = log.names()
-    if start not in names:
-        return False
-    stop = names.index(end) if end in names else len(names)
-    return "zero_grad" in names[names.index(start):stop]
+    @property
+    def names(self) -> list:
+        return self.got.log.names()
 
+    @property
+    def error(self) -> str:
+        """The message of the learner's exception (or of its wrong signature), '' when it returned."""
+        return self.got.problem.result.message if self.got.problem is not None else ""
 
-def _after(log: Log, first: str, then: str) -> bool:
-    """True when an event ``first`` happens after the last ``then``."""
-    names = log.names()
-    if first not in names or then not in names:
-        return False
-    last_then = len(names) - 1 - names[::-1].index(then)
-    return any(i > last_then for i, n in enumerate(names) if n == first)
+    @property
+    def lower(self) -> str:
+        """The warnings and the error, in lower case: what torch said about the learner's calls."""
+        return (" ".join(self.got.warnings) + " " + self.error).lower()
+
+    def event(self, name: str):
+        return self.got.log.first(name)
+
+    def ref_event(self, name: str):
+        return self.ref.log.first(name)
+
+    @property
+    def max_norm(self):
+        return self.scenario.max_norm
+
+    @property
+    def low_param_dtypes(self) -> set:
+        """Parameter dtypes other than float32, seen during the forward pass or after the step."""
+        forward = self.event("forward")
+        dtypes = set(self.got.param_dtypes_after) | (forward["param_dtypes"] if forward else set())
+        return {d for d in dtypes if d != torch.float32}
+
+    @property
+    def output_grads_finite(self) -> bool:
+        """Both calls had a backward whose gradient at the model output is finite."""
+        ref_backward, backward = self.ref_event("backward"), self.event("backward")
+        return bool(ref_backward and ref_backward["finite"] and backward and backward["finite"])
+
+    @property
+    def output_grad_ratio(self) -> float:
+        """The gradient at the model output over the unscaled one: how much the loss was really scaled."""
+        unscaled = self.ref_event("backward")["grad_absmax"] / self.got.scale_before
+        return self.event("backward")["grad_absmax"] / unscaled
+
+    @property
+    def scaler_step(self) -> dict:
+        return self.event("scaler.step")
+
+    @property
+    def norm_used(self) -> float:
+        """The gradient norm the learner's optimizer used (scaler.step unscales when the learner has not)."""
+        return _norm_used(self.scaler_step)
+
+    @property
+    def norm_expected(self) -> float:
+        return _norm_used(self.ref_event("scaler.step"))
+
+    @property
+    def norm_finite(self) -> bool:
+        """An overflowing step is judged by what happened to the parameters and the scale, not by its norm."""
+        return math.isfinite(self.norm_expected) and math.isfinite(self.norm_used)
+
+    @property
+    def clipped_wrong(self) -> bool:
+        return self.norm_finite and not _close(self.norm_used, self.norm_expected, 0.02)
+
+    @property
+    def clipped_scaled(self) -> bool:
+        """The optimizer's norm is max_norm / scale: clip_grad_norm_ saw the still-scaled gradients."""
+        if self.max_norm is None:
+            return False
+        return _close(self.norm_used, self.max_norm / self.scaler_step["scale"], 0.05)
+
+    @property
+    def unclipped_norm(self) -> float:
+        """The true (unscaled) gradient norm before clipping, from the reference step."""
+        ref_unscale = self.ref_event("unscale_")
+        if not ref_unscale:
+            return float("nan")
+        return ref_unscale["norm_before"] / self.ref_event("scaler.step")["scale"]
+
+    @property
+    def first_param_difference(self):
+        """(reference, learner's) parameter for the first parameter the two steps left different; or None."""
+        for p_ref, p_got in zip(self.ref.params_after, self.got.params_after):
+            if p_ref.shape != p_got.shape or not torch.allclose(p_ref, p_got, rtol=1e-3, atol=1e-5,
+                                                                equal_nan=True):
+                return p_ref, p_got
+        return None
+
+    @property
+    def returned_number(self) -> float | None:
+        """The learner's return value as a float, None when it is not one number."""
+        value = self.got.returned
+        if isinstance(value, torch.Tensor):
+            return float(value.detach().float()) if value.numel() == 1 else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        return None
 
 
 def _norm_used(step: dict) -> float:
-    """The gradient norm the optimizer uses in a ``scaler.step`` event: step() unscales first when the learner has not."""
+    """The gradient norm the optimizer uses in a ``scaler.step`` event: step() unscales first when needed."""
     return step["norm"] if step["unscaled"] else step["norm"] / step["scale"]
 
 
-def _diagnose_clipping(ref: CallRecord, got: CallRecord, scenario: Scenario, where: str) -> str | None:
-    ref_step, step = ref.log.first("scaler.step"), got.log.first("scaler.step")
-    used, expected = _norm_used(step), _norm_used(ref_step)
-    if not (math.isfinite(expected) and math.isfinite(used)):
-        return None  # an overflowing step: judged by what happened to the parameters and the scale
-    if _close(used, expected, 0.02):
-        if scenario.max_norm is not None and not step["unscaled"] and _close(
-                step["norm"], scenario.max_norm * step["scale"], 0.02):
-            return (f"{where}: you clipped the still-scaled gradients against max_norm * scale. The update comes out "
-                    "right here, but clip_grad_norm_ returns a norm that is `scale` times too large (the number you "
-                    "would log or guard on), and get_scale() synchronises with the GPU every step. Call "
-                    "`scaler.unscale_(optimizer)` and clip the true gradients with the plain `max_norm`.")
-        return None
-    unscaled_too = got.log.first("unscale_") is not None  # yet the norm says it clipped the scaled gradients
-    if scenario.max_norm is None:
-        return (f"{where}: max_norm is None, which means no clipping, but the gradient norm the optimizer used was "
-                f"{used:.4g} instead of {expected:.4g}. Clip only `if max_norm is not None:`.")
-    scale = step["scale"]
-    if _close(used, scenario.max_norm / scale, 0.05):
-        if unscaled_too:
-            return (f"{where}: you clipped before scaler.unscale_(). clip_grad_norm_ saw gradients {scale_text(scale)} "
-                    f"times too large and cut them to norm {scenario.max_norm}; after unscaling the update had norm "
-                    f"{used:.3g}, {scale_text(scale)} times smaller than intended. Call unscale_ first, then clip.")
-        return (f"{where}: you clipped without calling scaler.unscale_(optimizer) first. clip_grad_norm_ saw the "
-                f"scaled gradients ({scale_text(scale)} times too large) and cut them to norm {scenario.max_norm}; "
-                f"scaler.step() then unscaled them to norm {used:.3g}. Call `scaler.unscale_(optimizer)` before clipping.")
-    ref_unscale = ref.log.first("unscale_")
-    raw = ref_unscale["norm_before"] / ref_step["scale"] if ref_unscale else float("nan")
-    if used > scenario.max_norm * 1.02 and not _close(used, raw, 0.02):
-        return (f"{where}: the gradient norm the optimizer used was {used:.4g}: the gradients were changed, but not "
-                f"clipped to total norm max_norm={scenario.max_norm} (unclipped it is {raw:.4g}). Use "
-                "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`, not clip_grad_value_, after unscale_.")
-    if used > scenario.max_norm * 1.02:
-        if _close(got.norm_after, scenario.max_norm, 0.02) or got.norm_after < used * 0.98:
-            return (f"{where}: you clipped after scaler.step(): the optimizer had already used gradients of norm "
-                    f"{used:.4g} > max_norm={scenario.max_norm}. Clip between unscale_ and step.")
-        return (f"{where}: the gradients were not clipped: the optimizer used a gradient norm of {used:.4g} although "
-                f"max_norm={scenario.max_norm}. After `scaler.unscale_(optimizer)`, call "
-                "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`.")
-    return (f"{where}: the gradient norm the optimizer used was {used:.4g}, but clipping the unscaled gradients to "
-            f"max_norm={scenario.max_norm} gives {expected:.4g}. Use clip_grad_norm_ (not clip_grad_value_) on "
-            "model.parameters() with max_norm, after unscale_.")
+def _error_or(text: str):
+    """The learner's error when there was one (it explains the missing call), else ``text``."""
+    return lambda s: f"{s.where}: {s.error}" if s.error else f"{s.where}: {text}"
 
 
-def _diagnose_results(ref: CallRecord, got: CallRecord, scenario: Scenario, where: str) -> str | None:
-    if not _close(got.scale_after, ref.scale_after, 1e-6):
-        return (f"{where}: the loss scale after the step is {scale_text(got.scale_after)}; the reference step leaves "
-                f"{scale_text(ref.scale_after)}. Call scaler.update() exactly once, after scaler.step(optimizer).")
-    skipped = ref.log.count("optimizer.step") == 0
-    for p_ref, p_got in zip(ref.params_after, got.params_after):
-        if p_ref.shape != p_got.shape or not torch.allclose(p_ref, p_got, rtol=1e-3, atol=1e-5, equal_nan=True):
-            if skipped:
-                return (f"{where}: this step overflowed and must be skipped, but the parameters changed. "
-                        "scaler.step(optimizer) skips optimizer.step() when the gradients contain inf/NaN.")
-            diff = (p_ref - p_got).abs().max().item() if p_ref.shape == p_got.shape else float("nan")
-            return (f"{where}: after your step the parameters differ from the reference step's by up to {diff:.3g}, "
-                    "although every call looked right. Follow the order zero_grad -> autocast(forward, loss) -> "
-                    "scaler.scale(loss).backward() -> unscale_ -> clip -> scaler.step -> scaler.update.")
-    return _diagnose_return(ref, got, where)
+def _is_cuda_autocast(s: Seen) -> bool:
+    lower = s.lower
+    return bool(s.event("forward")["autocast_cuda"]
+                or ("cuda" in lower and ("not available" in lower or "deprecated" in lower)))
 
 
-def _diagnose_return(ref: CallRecord, got: CallRecord, where: str) -> str | None:
-    value = got.returned
-    if value is None:
-        return f"{where}: train_step returned None. Return the unscaled loss (e.g. `return loss.detach()`)."
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            return f"{where}: train_step returned a tensor of shape {tuple(value.shape)}; return the scalar loss."
-        number = float(value.detach().float())
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
-    else:
-        return f"{where}: train_step returned a {type(value).__name__}; return the unscaled loss tensor."
-    expected = float(ref.returned)
-    if _close(number, expected, 1e-3):
-        return None
-    scale = got.scale_before
-    if _close(number, expected * scale, 1e-3):
-        return (f"{where}: train_step returned the scaled loss ({number:.6g} = loss x {scale_text(scale)}). "
-                "Return the loss as loss_fn computed it; scaler.scale(loss) is only for backward.")
-    return f"{where}: train_step returned {number:.6g}, but the loss of this batch is {expected:.6g}."
+def _cuda_autocast_message(s: Seen) -> str:
+    how = ("torch.cuda.amp.autocast (deprecated, and CUDA-only)" if "torch.cuda.amp.autocast" in s.lower
+           else "device_type='cuda'")
+    return (f"{s.where}: autocast was on for CUDA but the tensors are on the CPU, so the forward pass ran in "
+            f"FP32: you used {how}. Take the device from the data: "
+            "`torch.autocast(device_type=inputs.device.type, dtype=dtype)`.")
+
+
+def _stale_message(s: Seen) -> str:
+    end = (" You clear them at the end of the step: the first step of a run (or one after any other "
+           "backward) still adds up old gradients, so clear at the start."
+           if s.log.after_last("zero_grad", "update") else "")
+    return (f"{s.where}: gradients from an earlier backward pass were still in .grad when backward ran, so "
+            "they were added to this step's gradients. Start the step with `optimizer.zero_grad()`." + end)
+
+
+def _order(s: Seen, first: str, then: str) -> bool:
+    """Both events happened, and the first ``first`` came after the first ``then``."""
+    names = s.names
+    return first in names and then in names and names.index(first) > names.index(then)
+
+
+# The calls: what the learner's step did, in the order a mistake would first show. Every rule reads ``Seen``.
+CALL_RULES = (
+    Mistake("autocast left on", lambda s: s.got.autocast_left_on, lambda s: (
+        f"{s.where}: autocast was still switched on after train_step returned. Use it as a context manager, "
+        "`with torch.autocast(device_type=..., dtype=dtype):`, so it ends after the loss.")),
+    Mistake("new GradScaler", lambda s: s.got.new_scalers > 0, lambda s: (
+        f"{s.where}: your train_step created a new GradScaler"
+        + (" (and torch.cuda.amp.GradScaler is deprecated: use torch.amp.GradScaler)"
+           if "torch.cuda.amp.gradscaler" in s.lower else "")
+        + ". Create the scaler once per training run and use the one passed in: a fresh scaler starts from "
+        "init_scale every step, so it never learns a safe scale, and the skip/backoff history that protects "
+        "training is thrown away.")),
+    Mistake("low-precision parameters", lambda s: bool(s.low_param_dtypes), lambda s: (
+        f"{s.where}: the model's parameters became "
+        f"{', '.join(sorted(dtype_name(d) for d in s.low_param_dtypes))} — did you call .half() / .to(dtype) "
+        "on the model? Keep FP32 master weights: autocast casts a copy per op, the optimizer updates the "
+        "FP32 weights (small updates survive), and GradScaler refuses FP16 gradients ('Attempting to unscale "
+        "FP16 gradients.').")),
+    Mistake("model never called", lambda s: s.event("forward") is None,
+            _error_or("the model was never called. Compute `outputs = model(inputs)` inside autocast.")),
+    Mistake("autocast for CUDA on CPU tensors",
+            lambda s: not s.event("forward")["autocast"] and _is_cuda_autocast(s), _cuda_autocast_message),
+    Mistake("forward outside autocast", lambda s: not s.event("forward")["autocast"], lambda s: (
+        f"{s.where}: the forward pass did not run under autocast (the model ran in FP32). Wrap the forward "
+        "pass and the loss in `with torch.autocast(device_type=inputs.device.type, dtype=dtype):`.")),
+    Mistake("autocast dtype ignored", lambda s: s.event("forward")["dtype"] != s.scenario.dtype, lambda s: (
+        f"{s.where}: autocast ran in {dtype_name(s.event('forward')['dtype'])}, but train_step was called "
+        f"with dtype={dtype_name(s.scenario.dtype)}. Pass it on: `torch.autocast(..., dtype=dtype)`.")),
+    Mistake("loss never computed", lambda s: s.event("loss") is None, _error_or(
+        "loss_fn was never called. Compute `loss = loss_fn(outputs, targets)` inside autocast.")),
+    Mistake("loss outside autocast", lambda s: not s.event("loss")["autocast"], lambda s: (
+        f"{s.where}: the loss was computed outside autocast. Put `loss = loss_fn(outputs, targets)` inside "
+        "the same `with torch.autocast(...)` block as the forward pass: the policy decides the loss's "
+        "precision too (on CUDA, cross_entropy and mse_loss are on its float32 list); outside it the loss "
+        "runs in whatever low precision the outputs happen to have.")),
+    Mistake("no backward", lambda s: s.event("backward") is None, _error_or(
+        "there was no backward pass. Call `scaler.scale(loss).backward()` after the autocast block.")),
+    Mistake("backward inside autocast", lambda s: s.event("backward")["autocast"], lambda s: (
+        f"{s.where}: backward ran inside the autocast block. Autocast should cover only the forward pass and "
+        "the loss (the PyTorch docs advise against backward under autocast), and it is not harmless: "
+        "backward ops are dispatched through autocast again, so a region you kept in FP32 with "
+        "`torch.autocast(..., enabled=False)` gets low-precision gradients. Move "
+        "`scaler.scale(loss).backward()` below the `with` block.")),
+    Mistake("backward on the unscaled loss", lambda s: s.event("scale") is None or (
+        s.output_grads_finite and _close(s.event("backward")["grad_absmax"],
+                                         s.ref_event("backward")["grad_absmax"] / s.got.scale_before, 0.05)),
+        lambda s: (
+        f"{s.where}: backward ran on the unscaled loss (`loss.backward()`). Scale it first: "
+        "`scaler.scale(loss).backward()`. Otherwise small FP16 gradients still underflow, and "
+        "scaler.step() divides the gradients by the scale anyway, so every update is "
+        f"{scale_text(s.got.scale_before)} times too small.")),
+    Mistake("loss scaled by something else", lambda s: s.output_grads_finite and not _close(
+        s.event("backward")["grad_absmax"], s.ref_event("backward")["grad_absmax"], 0.05), lambda s: (
+        f"{s.where}: the gradient reaching the model output was {s.output_grad_ratio:.4g} times the "
+        "unscaled one; with `scaler.scale(loss).backward()` it is exactly the scale, "
+        f"{scale_text(s.got.scale_before)}. Scale the loss once, with scaler.scale, and call backward on "
+        "that.")),
+    Mistake("zero_grad after backward", lambda s: s.log.between("zero_grad", "backward", "scaler.step"),
+            lambda s: (
+        f"{s.where}: you called zero_grad() after backward: it erased this step's gradients before the "
+        "optimizer used them. Zero the gradients at the start of the step, before the forward pass.")),
+    Mistake("stale gradients", lambda s: s.event("backward")["stale"], _stale_message),
+    Mistake("optimizer.step() called directly",
+            lambda s: any(e["name"] == "optimizer.step" and not e["via_scaler"] for e in s.log.events),
+            lambda s: (
+        f"{s.where}: you called optimizer.step() directly"
+        + (" as well as scaler.step(optimizer) (so it stepped twice)" if "scaler.step" in s.names else "")
+        + ". Use `scaler.step(optimizer)` only: it unscales the gradients if you have not, and skips the "
+        "update when they contain inf/NaN; optimizer.step() applies scaled or non-finite gradients to the "
+        "weights.")),
+    Mistake("unscale_ twice", lambda s: s.log.count("unscale_") > 1, lambda s: (
+        f"{s.where}: scaler.unscale_(optimizer) was called twice in one step (torch raises 'unscale_() has "
+        "already been called on this optimizer since the last update()'). Call it once, after backward "
+        "and before clipping.")),
+    Mistake("unscale_ after step", lambda s: _order(s, "unscale_", "scaler.step"), lambda s: (
+        f"{s.where}: scaler.unscale_() came after scaler.step(). step() has already unscaled and applied the "
+        "gradients; unscale_ belongs between backward and clipping.")),
+    Mistake("update before step", lambda s: "update" in s.names and (
+        "scaler.step" not in s.names or _order(s, "scaler.step", "update")), lambda s: (
+        f"{s.where}: scaler.update() ran before scaler.step(optimizer). update() reads the inf checks of "
+        "this step's step() and then resets them, so it must come last: "
+        "backward -> unscale_ -> clip -> step -> update.")),
+    Mistake("clipping raised on an overflow", lambda s: "scaler.step" not in s.names and bool(s.error)
+            and "non-finite" in s.lower and "clip" in s.lower, lambda s: (
+        f"{s.where}: {s.error}. With a GradScaler, inf/NaN gradients are expected now and then (an "
+        "overflow that scaler.step skips): do not make clipping raise on them (error_if_nonfinite=False).")),
+    Mistake("no scaler.step", lambda s: "scaler.step" not in s.names,
+            _error_or("the optimizer never stepped. Call `scaler.step(optimizer)` after clipping.")),
+    Mistake("gradients zeroed before the step",
+            lambda s: s.scaler_step["all_zero"] and not s.ref_event("scaler.step")["all_zero"], lambda s: (
+        f"{s.where}: all gradients were zero when scaler.step() ran: did you call zero_grad() after "
+        "backward? It erases the gradients before the optimizer uses them; zero them at the start of the "
+        "step.")),
+    Mistake("no update", lambda s: "update" not in s.names, lambda s: (
+        f"{s.where}: scaler.update() was never called. Without it the scale never adapts (no backoff after "
+        "an overflow, no growth), and the next scaler.step() fails with 'step() has already been called "
+        "since the last update()'. End the step with `scaler.update()`.")),
+    Mistake("update more than once", lambda s: s.log.count("update") > 1, lambda s: (
+        f"{s.where}: scaler.update() was called {s.log.count('update')} times; once per step, after "
+        "scaler.step().")),
+    Mistake("learner error", lambda s: bool(s.error), lambda s: f"{s.where}: {s.error}"),
+)
+
+# Clipping, judged by the gradient norm the optimizer used (the calls all looked right).
+CLIP_RULES = (
+    Mistake("clipped scaled gradients against max_norm * scale", lambda s: (
+        s.norm_finite and not s.clipped_wrong and s.max_norm is not None and not s.scaler_step["unscaled"]
+        and _close(s.scaler_step["norm"], s.max_norm * s.scaler_step["scale"], 0.02)), lambda s: (
+        f"{s.where}: you clipped the still-scaled gradients against max_norm * scale. The update comes out "
+        "right here, but clip_grad_norm_ returns a norm that is `scale` times too large (the number you "
+        "would log or guard on), and get_scale() synchronises with the GPU every step. Call "
+        "`scaler.unscale_(optimizer)` and clip the true gradients with the plain `max_norm`.")),
+    Mistake("clipped although max_norm is None", lambda s: s.clipped_wrong and s.max_norm is None, lambda s: (
+        f"{s.where}: max_norm is None, which means no clipping, but the gradient norm the optimizer used was "
+        f"{s.norm_used:.4g} instead of {s.norm_expected:.4g}. Clip only `if max_norm is not None:`.")),
+    Mistake("clipped before unscale_", lambda s: (
+        s.clipped_wrong and s.clipped_scaled and s.event("unscale_") is not None), lambda s: (
+        f"{s.where}: you clipped before scaler.unscale_(). clip_grad_norm_ saw gradients "
+        f"{scale_text(s.scaler_step['scale'])} times too large and cut them to norm {s.max_norm}; after "
+        f"unscaling the update had norm {s.norm_used:.3g}, {scale_text(s.scaler_step['scale'])} times "
+        "smaller than intended. Call unscale_ first, then clip.")),
+    Mistake("clipped without unscale_", lambda s: s.clipped_wrong and s.clipped_scaled, lambda s: (
+        f"{s.where}: you clipped without calling scaler.unscale_(optimizer) first. clip_grad_norm_ saw the "
+        f"scaled gradients ({scale_text(s.scaler_step['scale'])} times too large) and cut them to norm "
+        f"{s.max_norm}; scaler.step() then unscaled them to norm {s.norm_used:.3g}. Call "
+        "`scaler.unscale_(optimizer)` before clipping.")),
+    Mistake("changed, but not clipped by total norm", lambda s: (
+        s.clipped_wrong and s.max_norm is not None and s.norm_used > s.max_norm * 1.02
+        and not _close(s.norm_used, s.unclipped_norm, 0.02)), lambda s: (
+        f"{s.where}: the gradient norm the optimizer used was {s.norm_used:.4g}: the gradients were changed, "
+        f"but not clipped to total norm max_norm={s.max_norm} (unclipped it is {s.unclipped_norm:.4g}). Use "
+        "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`, not clip_grad_value_, after "
+        "unscale_.")),
+    Mistake("clipped after step", lambda s: (
+        s.clipped_wrong and s.max_norm is not None and s.norm_used > s.max_norm * 1.02
+        and (_close(s.got.norm_after, s.max_norm, 0.02) or s.got.norm_after < s.norm_used * 0.98)),
+        lambda s: (
+        f"{s.where}: you clipped after scaler.step(): the optimizer had already used gradients of norm "
+        f"{s.norm_used:.4g} > max_norm={s.max_norm}. Clip between unscale_ and step.")),
+    Mistake("not clipped", lambda s: (
+        s.clipped_wrong and s.max_norm is not None and s.norm_used > s.max_norm * 1.02), lambda s: (
+        f"{s.where}: the gradients were not clipped: the optimizer used a gradient norm of {s.norm_used:.4g} "
+        f"although max_norm={s.max_norm}. After `scaler.unscale_(optimizer)`, call "
+        "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`.")),
+    Mistake("clipped to another norm", lambda s: s.clipped_wrong, lambda s: (
+        f"{s.where}: the gradient norm the optimizer used was {s.norm_used:.4g}, but clipping the unscaled "
+        f"gradients to max_norm={s.max_norm} gives {s.norm_expected:.4g}. Use clip_grad_norm_ (not "
+        "clip_grad_value_) on model.parameters() with max_norm, after unscale_.")),
+)
+
+
+def _params_differ_message(s: Seen) -> str:
+    p_ref, p_got = s.first_param_difference
+    diff = (p_ref - p_got).abs().max().item() if p_ref.shape == p_got.shape else float("nan")
+    return (f"{s.where}: after your step the parameters differ from the reference step's by up to "
+            f"{diff:.3g}, although every call looked right. Follow the order zero_grad -> autocast(forward, "
+            "loss) -> scaler.scale(loss).backward() -> unscale_ -> clip -> scaler.step -> scaler.update.")
+
+
+# What the step left behind and returned: the scale, the parameters, the loss.
+RESULT_RULES = (
+    Mistake("loss scale differs", lambda s: not _close(s.got.scale_after, s.ref.scale_after, 1e-6),
+            lambda s: (
+        f"{s.where}: the loss scale after the step is {scale_text(s.got.scale_after)}; the reference step "
+        f"leaves {scale_text(s.ref.scale_after)}. Call scaler.update() exactly once, after "
+        "scaler.step(optimizer).")),
+    Mistake("overflowing step not skipped",
+            lambda s: s.ref.log.count("optimizer.step") == 0 and s.first_param_difference is not None,
+            lambda s: (
+        f"{s.where}: this step overflowed and must be skipped, but the parameters changed. "
+        "scaler.step(optimizer) skips optimizer.step() when the gradients contain inf/NaN.")),
+    Mistake("parameters differ", lambda s: s.first_param_difference is not None, _params_differ_message),
+    Mistake("returned None", lambda s: s.got.returned is None, lambda s: (
+        f"{s.where}: train_step returned None. Return the unscaled loss (e.g. `return loss.detach()`).")),
+    Mistake("returned several values",
+            lambda s: isinstance(s.got.returned, torch.Tensor) and s.got.returned.numel() != 1, lambda s: (
+        f"{s.where}: train_step returned a tensor of shape {tuple(s.got.returned.shape)}; return the scalar "
+        "loss.")),
+    Mistake("returned something else", lambda s: s.returned_number is None, lambda s: (
+        f"{s.where}: train_step returned a {type(s.got.returned).__name__}; return the unscaled loss "
+        "tensor.")),
+    Mistake("returned the scaled loss", lambda s: (
+        not _close(s.returned_number, float(s.ref.returned), 1e-3)
+        and _close(s.returned_number, float(s.ref.returned) * s.got.scale_before, 1e-3)), lambda s: (
+        f"{s.where}: train_step returned the scaled loss ({s.returned_number:.6g} = loss x "
+        f"{scale_text(s.got.scale_before)}). Return the loss as loss_fn computed it; scaler.scale(loss) is "
+        "only for backward.")),
+    Mistake("returned another value", lambda s: not _close(s.returned_number, float(s.ref.returned), 1e-3),
+            lambda s: (
+        f"{s.where}: train_step returned {s.returned_number:.6g}, but the loss of this batch is "
+        f"{float(s.ref.returned):.6g}.")),
+)
+
+TRAIN_STEP_RULES = CALL_RULES + CLIP_RULES + RESULT_RULES
 
 
 # ------------------------------------------------------------------------------------------- the checkers
@@ -525,10 +468,6 @@ def _diagnose_return(ref: CallRecord, got: CallRecord, where: str) -> str | None
 
 def hardcoded_device(fn) -> str | None:
     """'cpu' or 'cuda' when the function's source contains that string literal (a hard-coded device type)."""
-    import ast
-    import inspect
-    import textwrap
-
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
@@ -539,18 +478,27 @@ def hardcoded_device(fn) -> str | None:
     return None
 
 
+def observations(train_step):
+    """Each call of ``train_step`` next to the reference call from the same state, scenario by scenario.
+
+    A generator: the checker stops at the first call with a named mistake, so later scenarios never run.
+    """
+    for scenario in SCENARIOS:
+        reference, learner = ProbedRun(scenario), ProbedRun(scenario)
+        for step_no in range(scenario.steps):
+            ref = _call(reference, reference_train_step, step_no, learner=False)  # errors: checker bugs
+            got = _call(learner, train_step, step_no, learner=True)
+            yield Seen(ref, got, scenario, step_no)
+
+
 def _judge_train_step(train_step):
     """Run every scenario; the first named mistake as a failed result, a "not done" result, or None."""
-    for scenario in SCENARIOS:
-        reference, learner = _Run(scenario), _Run(scenario)
-        for step_no in range(scenario.steps):
-            ref = reference.call(reference_train_step, step_no, learner=False)  # its errors are checker bugs
-            got = learner.call(train_step, step_no, learner=True)
-            if got.problem is not None and got.problem.result.status == NOT_DONE:
-                return got.problem.result
-            message = _diagnose(ref, got, scenario, step_no)
-            if message:
-                return failed(message)
+    for seen in observations(train_step):
+        if seen.got.problem is not None and seen.got.problem.result.status == NOT_DONE:
+            return seen.got.problem.result
+        message = name_mistake(TRAIN_STEP_RULES, seen)
+        if message:
+            return failed(message)
     return None
 
 
@@ -559,40 +507,27 @@ def check_train_step(train_step):
     """``train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm) -> loss``."""
     if not callable(train_step):
         call_learner(train_step)  # turns None / a string / a number into a clear message
-    # the check seeds its models (the learner's random stream is left alone) and runs them on one thread (fast)
+    # the check seeds its models (the learner's random stream is left alone) and runs them on one thread
     with torch.random.fork_rng(devices=[]), one_cpu_thread():
         result = _judge_train_step(train_step)
     if result is not None:
         return result
     device = hardcoded_device(train_step)
     if device:
-        return failed(f"Your step behaves like the reference here, but it hard-codes the device type '{device}'. On "
-                      "another machine autocast would then be on for the wrong device and do nothing. Use "
-                      "`device_type = inputs.device.type` (and the scaler you are given).")
+        return failed(f"Your step behaves like the reference here, but it hard-codes the device type "
+                      f"'{device}'. On another machine autocast would then be on for the wrong device and do "
+                      "nothing. Use `device_type = inputs.device.type` (and the scaler you are given).")
     return passed(
-        "Your step matches the reference in all four scenarios: autocast around forward and loss, scaled backward "
-        "outside it, unscale_ before clipping, scaler.step + update, overflowing steps skipped with the scale "
-        "backed off, and the scale growing between consecutive steps."
+        "Your step matches the reference in all four scenarios: autocast around forward and loss, scaled "
+        "backward outside it, unscale_ before clipping, scaler.step + update, overflowing steps skipped with "
+        "the scale backed off, and the scale growing between consecutive steps."
     )
 
 
-# ----------------------------------------------------------------------- exercise 2: scheduler after real updates
+# ------------------------------------------------------------------ exercise 2: scheduler after real updates
 
 # overflow pattern of the scheduler check: skipped first steps (a too-large init_scale), growth, a later spike
 SCHEDULER_PATTERN = (True, True, False, False, False, True, False, False, False, False)
-
-
-class CountingStepLR(torch.optim.lr_scheduler.StepLR):
-    """StepLR that counts the learner's calls to step()."""
-
-    def __init__(self, optimizer):
-        self.calls = 0
-        super().__init__(optimizer, step_size=1, gamma=0.9)
-        self.calls = 0  # the constructor's own initial step does not count
-
-    def step(self, *args, **kwargs):
-        self.calls += 1
-        return super().step(*args, **kwargs)
 
 
 def _scheduler_setup():
@@ -610,7 +545,8 @@ def check_scheduler_step(step_scheduler_if_updated):
     weight, optimizer, scaler, x = _scheduler_setup()
     scheduler = CountingStepLR(optimizer)
     with warnings.catch_warnings(), one_cpu_thread():
-        warnings.simplefilter("ignore")  # the 'lr_scheduler.step() before optimizer.step()' warning is the lesson's
+        # the 'lr_scheduler.step() before optimizer.step()' warning is the lesson's, not the check's
+        warnings.simplefilter("ignore")
         for iteration, overflow in enumerate(SCHEDULER_PATTERN):
             optimizer.zero_grad()
             scale_before = scaler.get_scale()
@@ -625,31 +561,36 @@ def check_scheduler_step(step_scheduler_if_updated):
                                what="`step_scheduler_if_updated`")
             calls = scheduler.calls - calls_before
             if scaler.get_scale() != scale_after:
-                return failed("Your function changed the loss scale: it must only read it (scaler.get_scale()); "
-                              "scaler.update() already ran in this iteration.")
+                return failed("Your function changed the loss scale: it must only read it "
+                              "(scaler.get_scale()); scaler.update() already ran in this iteration.")
             if isinstance(got, torch.Tensor) and got.numel() == 1 and got.dtype == torch.bool:
                 got = bool(got)
             if type(got).__name__ not in ("bool", "bool_"):
-                return failed(f"step_scheduler_if_updated returned {got!r}; return True when the optimizer really "
-                              "stepped (and you stepped the scheduler), False otherwise.")
+                return failed(f"step_scheduler_if_updated returned {got!r}; return True when the optimizer "
+                              "really stepped (and you stepped the scheduler), False otherwise.")
             got = bool(got)
             change = (f"the scale went from {scale_text(scale_before)} to {scale_text(scale_after)}"
                       if scale_after != scale_before else f"the scale stayed at {scale_text(scale_after)}")
             if overflow:
                 if got or calls:
                     return failed(
-                        f"Iteration {iteration} overflowed and scaler.step() skipped the update ({change}), but "
+                        f"Iteration {iteration} overflowed and scaler.step() skipped the update ({change}), "
+                        "but "
                         + ("you stepped the scheduler" if calls else "you returned True")
-                        + ". A skipped update must not advance the schedule: a drop in the scale means skipped.")
+                        + ". A skipped update must not advance the schedule: a drop in the scale means "
+                          "skipped.")
                 continue
             if not got:
                 why = ("the scale grew, which GradScaler only does after growth_interval successful steps"
                        if scale_after > scale_before else "an unchanged scale means there was no overflow")
-                return failed(f"Iteration {iteration} really updated the weights ({change}: {why}), but you returned "
-                              "False. Compare with `>=`: only a *drop* in the scale means a skipped step.")
+                return failed(f"Iteration {iteration} really updated the weights ({change}: {why}), but you "
+                              "returned False. Compare with `>=`: only a *drop* in the scale means a skipped "
+                              "step.")
             if calls != 1:
                 return failed(f"Iteration {iteration} really updated the weights and you returned True, but "
-                              f"scheduler.step() was called {calls} times; call it exactly once when the step was real.")
+                              f"scheduler.step() was called {calls} times; call it exactly once when the "
+                              "step was real.")
     updates = SCHEDULER_PATTERN.count(False)
-    return passed(f"Over {len(SCHEDULER_PATTERN)} iterations with {SCHEDULER_PATTERN.count(True)} skipped updates "
-                  f"you stepped the scheduler exactly {updates} times, once per real optimizer update.")
+    return passed(f"Over {len(SCHEDULER_PATTERN)} iterations with {SCHEDULER_PATTERN.count(True)} skipped "
+                  f"updates you stepped the scheduler exactly {updates} times, once per real optimizer "
+                  "update.")
