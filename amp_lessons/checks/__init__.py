@@ -4,14 +4,13 @@ This module offers the learner-facing ``check_*`` functions and the result type,
 checkers live in ``lNN_<topic>.py`` beside this file and the ``@checker`` decorator puts each check in
 ``registry``. Asking this module for a ``check_*`` name imports every lesson module once and hands out the
 registered function, so adding an exercise needs no edit here; ``amp_lessons.checks.registry`` can still be
-imported on its own without loading torch. Writing a checker is for course authors: see ``harness`` and
+imported on its own without loading torch (which is why even ``CheckResult`` is handed out on request). Writing a checker is for course authors: see ``harness`` and
 ``mistakes``.
 """
 
 from importlib import import_module
 
 from amp_lessons.checks import registry
-from amp_lessons.checks.harness import CheckResult as CheckResult
 
 
 def _all_checks() -> dict:
@@ -22,6 +21,8 @@ def _all_checks() -> dict:
 
 
 def __getattr__(name):
+    if name == "CheckResult":
+        return import_module(f"{__name__}.harness").CheckResult
     if name == "__all__":
         return ["CheckResult", *sorted(_all_checks())]
     checks = _all_checks() if name.startswith("check_") else {}

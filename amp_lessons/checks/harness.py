@@ -28,11 +28,16 @@ import inspect
 import math
 import numbers
 import os
+import signal
 import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 
+import torch
+
 from amp_lessons import record
+from amp_lessons.autocast_state import autocast_enabled, switch_autocast_off
 from amp_lessons.checks import registry
 
 PASSED = "passed"
@@ -42,6 +47,9 @@ CHECKER_BUG = "checker error"
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _demonstrating = False
+# A reasonable answer is checked in well under 2 s; a check that runs longer than this is stopped with a message
+# (element-by-element Python loops over tensors are the usual cause). AMP_LESSONS_CHECK_BUDGET overrides it.
+CHECK_BUDGET_S = 20.0
 
 
 @dataclass
@@ -116,6 +124,13 @@ class LearnerProblem(Exception):
         self.result = result
 
 
+class CheckTimeout(BaseException):
+    """Raised inside learner code when a check runs past its time budget.
+
+    A BaseException, so a learner's ``except Exception`` cannot swallow it.
+    """
+
+
 def stop(message: str, details: list | None = None) -> None:
     """End the check now with a failed result (for use deep inside a checker)."""
     raise LearnerProblem(failed(message, details))
@@ -170,9 +185,7 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
         return fn(*args, **kwargs)
     except NotImplementedError:
         raise LearnerProblem(not_done(name)) from None
-    except LearnerProblem:
-        raise
-    except (KeyboardInterrupt, SystemExit):
+    except (LearnerProblem, CheckTimeout, KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:
         raise LearnerProblem(failed(f"{name} raised an error: {describe_exception(exc)}")) from None
@@ -227,30 +240,105 @@ def _apply_strict(result: CheckResult) -> None:
                              f"said:\n{result}")
 
 
+def check_budget() -> float:
+    try:
+        return float(os.environ.get("AMP_LESSONS_CHECK_BUDGET", CHECK_BUDGET_S))
+    except ValueError:
+        return CHECK_BUDGET_S
+
+
+@contextlib.contextmanager
+def time_budget(seconds: float):
+    """Raise ``CheckTimeout`` in this thread after ``seconds`` (Unix main thread only; elsewhere no limit)."""
+    usable = (seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+              and signal.getitimer(signal.ITIMER_REAL)[0] == 0)
+    if not usable:
+        yield
+        return
+
+    def out_of_time(signum, frame):
+        raise CheckTimeout()
+
+    previous = signal.signal(signal.SIGALRM, out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def kernel_left_as_found():
+    """Whatever the learner's code did to global torch state, the kernel leaves the check as it came in.
+
+    A learner function that enters autocast and never leaves, switches gradients off or changes the default
+    dtype would otherwise contaminate every later cell (and autocast's cache would keep stale weight copies).
+    """
+    grad_enabled, default_dtype, folder = torch.is_grad_enabled(), torch.get_default_dtype(), os.getcwd()
+    autocast_before = {device: autocast_enabled(device) for device in ("cpu", "cuda")}
+    try:
+        yield
+    finally:
+        if any(autocast_enabled(device) and not was_on for device, was_on in autocast_before.items()):
+            switch_autocast_off()
+        torch.set_grad_enabled(grad_enabled)
+        torch.set_default_dtype(default_dtype)
+        if os.getcwd() != folder:
+            with contextlib.suppress(OSError):
+                os.chdir(folder)
+
+
+def _wrong_call(check, args, kwargs) -> CheckResult | None:
+    """A check called with missing or extra arguments: say how to call it (a learner slip, not a course bug)."""
+    try:
+        inspect.signature(check).bind(*args, **kwargs)
+    except TypeError as exc:
+        parameters = ", ".join(inspect.signature(check).parameters)
+        return failed(f"{check.__name__} takes ({parameters}) and was called with {len(args) + len(kwargs)} "
+                      f"argument(s) ({exc}). Pass your function(s) by name, e.g. "
+                      f"{check.__name__}({parameters}).")
+    return None
+
+
+def _run_check(check, args, kwargs) -> CheckResult:
+    budget = check_budget()
+    try:
+        wrong_call = _wrong_call(check, args, kwargs)
+        if wrong_call is not None:  # (a failed CheckResult is falsy, so no `or` here)
+            return wrong_call
+        with kernel_left_as_found(), time_budget(budget):
+            return check(*args, **kwargs)
+    except LearnerProblem as problem:
+        return problem.result
+    except CheckTimeout:
+        return failed(f"The check stopped after {budget:g} s: your function is far too slow (a reasonable answer "
+                      "is checked in under 2 s). Look for a Python loop over every element of a tensor and use "
+                      "one tensor operation instead.")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        return CheckResult(
+            False,
+            "The checker itself failed while judging your answer "
+            f"({type(exc).__name__}: {exc}). That is a bug in the course, not in your work: "
+            "please report it with this message.",
+            CHECKER_BUG,
+        )
+
+
 def checker(exercise: str):
     """Turn a function that returns a ``CheckResult`` into a learner-facing check.
 
-    The wrapped check never raises for learner mistakes, labels its result with ``exercise``, records
-    it in the progress file and applies strict mode.
+    The wrapped check never raises for learner mistakes, stops after the time budget, leaves the kernel's
+    torch state as it found it, labels its result with ``exercise``, records it in the progress file and
+    applies strict mode.
     """
 
     def wrap(check):
         @functools.wraps(check)
         def run(*args, **kwargs):
-            try:
-                result = check(*args, **kwargs)
-            except LearnerProblem as problem:
-                result = problem.result
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:
-                result = CheckResult(
-                    False,
-                    "The checker itself failed while judging your answer "
-                    f"({type(exc).__name__}: {exc}). That is a bug in the course, not in your work: "
-                    "please report it with this message.",
-                    CHECKER_BUG,
-                )
+            result = _run_check(check, args, kwargs)
             if not isinstance(result, CheckResult):
                 result = CheckResult(False, f"The checker returned {result!r} instead of a CheckResult "
                                      "(a course bug).", CHECKER_BUG)

@@ -98,3 +98,51 @@ def test_results_are_recorded(private_progress):
 def test_check_result_bool_and_text():
     assert not CheckResult(False, "x")
     assert CheckResult(True, "fine").status == "passed"
+
+
+# ------------------------------------------------------------------ budget, calling mistakes, kernel state
+
+
+@checker("demo slow exercise")
+def check_calls_twice(fn):
+    for _ in range(2):
+        call_learner(fn, 2)
+    return passed("fine")
+
+
+def test_a_slow_answer_is_stopped_with_a_message(monkeypatch):
+    import time
+
+    monkeypatch.setenv("AMP_LESSONS_CHECK_BUDGET", "0.5")
+
+    def slow(x):
+        try:
+            time.sleep(5)
+        except Exception:  # a learner's broad except must not swallow the stop
+            pass
+        return x
+
+    started = time.perf_counter()
+    result = check_calls_twice(slow)
+    assert time.perf_counter() - started < 2
+    assert not result.passed and "stopped after 0.5 s" in result.message and "too slow" in result.message
+
+
+def test_calling_a_check_with_a_missing_argument_says_how_to_call_it():
+    result = check_calls_twice()
+    assert not result.passed and result.status == "failed"
+    assert "bug in the course" not in result.message and "check_calls_twice(fn)" in result.message
+
+
+def test_the_kernel_is_left_as_found():
+    import torch
+
+    def leaves_state_behind(x):
+        torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
+        torch.set_grad_enabled(False)
+        torch.set_default_dtype(torch.float64)
+        return x
+
+    check_calls_twice(leaves_state_behind)
+    assert not torch.is_autocast_enabled("cpu")
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
