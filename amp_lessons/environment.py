@@ -161,6 +161,41 @@ def cpu_has_native_bf16() -> bool | None:
     return any(answers) if answers else None
 
 
+def float32_matmul_settings() -> dict:
+    """The switches that decide whether an "FP32" matmul or convolution really computes in FP32.
+
+    On NVIDIA GPUs since Ampere, TF32 keeps FP32's range but only 10 mantissa bits for the products inside a
+    matmul: about 1e-3 relative error instead of 1e-7. Defaults (torch 2.x): CUDA matmuls do *not* use it
+    (``allow_tf32`` False, ``float32_matmul_precision`` 'highest'), cuDNN convolutions *do* (``cudnn.allow_tf32``
+    True). A baseline that calls itself FP32 records and pins these (lesson 08). On a CPU they change nothing
+    the course measures, but they are part of the recipe a GPU run reuses.
+    """
+    settings = {}
+    readers = (
+        ("torch.get_float32_matmul_precision()", torch.get_float32_matmul_precision),
+        ("torch.backends.cuda.matmul.allow_tf32", lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
+        ("torch.backends.cudnn.allow_tf32", lambda: bool(torch.backends.cudnn.allow_tf32)),
+    )
+    for name, read in readers:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # newer torch may announce a successor API when these are read
+            try:
+                settings[name] = read()
+            except Exception as exc:  # a build that refuses to mix the old and new precision APIs
+                settings[name] = f"unreadable ({type(exc).__name__})"
+    return settings
+
+
+def float32_settings_text(settings: dict | None = None) -> str:
+    """One line for the environment card: the matmul precision and both TF32 switches."""
+    settings = float32_matmul_settings() if settings is None else settings
+    on_off = {True: "on", False: "off"}
+    matmul = settings.get("torch.backends.cuda.matmul.allow_tf32")
+    cudnn = settings.get("torch.backends.cudnn.allow_tf32")
+    return (f"float32 matmul precision '{settings.get('torch.get_float32_matmul_precision()')}'; "
+            f"TF32 CUDA matmuls {on_off.get(matmul, matmul)}, TF32 cuDNN convolutions {on_off.get(cudnn, cudnn)}")
+
+
 @dataclass
 class Environment:
     """What the course found on this machine. Displays as a card in Jupyter and as text elsewhere."""
@@ -176,6 +211,7 @@ class Environment:
     grad_scaler: tuple = (False, "")
     cpu_native_bf16: bool | None = None
     threads: int = 1
+    float32_settings: dict = field(default_factory=dict)  # what "FP32" matmuls really use (TF32 switches)
 
     @property
     def device_type(self) -> str:
@@ -205,6 +241,8 @@ class Environment:
             rows.append((f"autocast {name}", ("works" if works else "does not work") + f" ({note})"))
         works, note = self.grad_scaler
         rows.append(("GradScaler", ("available" if works else "not available") + f" ({note})"))
+        if self.float32_settings:
+            rows.append(("FP32 matmuls", float32_settings_text(self.float32_settings)))
         if not self.is_gpu:
             rows.append(("CPU BF16 instructions", yes_no[self.cpu_native_bf16]))
             rows.append(("CPU threads", str(self.threads)))
@@ -261,6 +299,7 @@ def describe(device: torch.device, seed: int = 0) -> Environment:
         grad_scaler=probe_grad_scaler(device),
         cpu_native_bf16=cpu_has_native_bf16() if device.type == "cpu" else None,
         threads=torch.get_num_threads(),
+        float32_settings=float32_matmul_settings(),
     )
 
 
