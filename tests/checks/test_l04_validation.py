@@ -1,0 +1,391 @@
+"""Lesson 04 checkers: the solutions pass, the untouched exercises are "not done", every known wrong answer
+is rejected with a message that names its mistake, each rule of the tables recognises its own case, and junk
+never raises."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from notebook_code import exercise, solution
+
+from amp_lessons.checks import l04_validation as l04
+from amp_lessons.checks.harness import NOT_DONE
+from amp_lessons.checks.l04_validation import check_criteria, check_decide, check_judge_trial
+from amp_lessons.checks.mistakes import first_mistake
+from amp_lessons.validation import Criteria, decide
+
+LESSON = "04_baseline_and_decision_boundary.ipynb"
+NAN, INF = math.nan, math.inf
+
+
+# ------------------------------------------------------------------------------------------ checker 04.1
+
+
+def decide_solution():
+    return solution(LESSON, "decide")
+
+
+def test_decide_solution_passes():
+    assert check_decide(decide_solution()).passed
+
+
+def test_decide_untouched_exercise_is_not_done():
+    assert check_decide(exercise(LESSON, "decide")).status == NOT_DONE
+
+
+def _plain_argmax(scores, tie_tolerance):
+    return scores.float().argmax(dim=1)
+
+
+def _abstain_on_equal(scores, tie_tolerance):
+    s = scores.float()
+    finite = torch.isfinite(s).all(dim=1)
+    s = torch.where(finite.unsqueeze(1), s, torch.zeros_like(s))
+    margin = s.topk(2, dim=1).values if s.shape[1] > 1 else None
+    m = margin[:, 0] - margin[:, 1] if margin is not None else torch.full((len(s),), INF)
+    out = s.argmax(dim=1)
+    return torch.where(~finite | (m <= tie_tolerance) & (m < INF), torch.full_like(out, -1), out)
+
+
+def _last_index_ties(scores, tie_tolerance):
+    flipped = scores.float().flip(dims=[1])
+    if not scores.shape[0]:
+        return torch.zeros(0, dtype=torch.long)
+    return (scores.shape[1] - 1 - flipped.argmax(dim=1)).long()
+
+
+def _margin_to_minimum(scores, tie_tolerance):
+    s = scores.float()
+    if s.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    finite = torch.isfinite(s).all(dim=1)
+    s0 = torch.where(finite.unsqueeze(1), s, torch.zeros_like(s))
+    margin = s0.max(dim=1).values - s0.min(dim=1).values
+    margin = torch.where(torch.tensor(s.shape[1] == 1), torch.full_like(margin, INF), margin)
+    out = s0.argmax(dim=1)
+    return torch.where(~finite | (margin < tie_tolerance), torch.full_like(out, -1), out)
+
+
+def _argmax_with_nan(scores, tie_tolerance):
+    s = scores.float()
+    if s.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    out = s.argmax(dim=1)
+    if s.shape[1] > 1:
+        top2 = torch.nan_to_num(s).topk(2, dim=1).values
+        out = torch.where(top2[:, 0] - top2[:, 1] < tie_tolerance, torch.full_like(out, -1), out)
+    return out
+
+
+def _isnan_only(scores, tie_tolerance):
+    s = scores.float()
+    if s.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    bad = torch.isnan(s).any(dim=1)
+    s0 = torch.nan_to_num(s, nan=0.0)
+    out = s0.argmax(dim=1)
+    if s.shape[1] == 1:
+        margin = torch.full((len(s),), INF)
+    else:
+        top2 = s0.topk(2, dim=1).values
+        margin = top2[:, 0] - top2[:, 1]
+    return torch.where(bad | (margin < tie_tolerance), torch.full_like(out, -1), out)
+
+
+def _no_single_class_case(scores, tie_tolerance):
+    s = scores.float()
+    finite = torch.isfinite(s).all(dim=1)
+    s0 = torch.where(finite.unsqueeze(1), s, torch.zeros_like(s))
+    top2 = s0.topk(2, dim=1).values  # fails when C == 1
+    out = s0.argmax(dim=1)
+    return torch.where(~finite | (top2[:, 0] - top2[:, 1] < tie_tolerance), torch.full_like(out, -1), out)
+
+
+def _returns_float(scores, tie_tolerance):
+    return decide_solution()(scores, tie_tolerance).float()
+
+
+def _returns_list(scores, tie_tolerance):
+    return decide_solution()(scores, tie_tolerance).tolist()
+
+
+def _keeps_dim(scores, tie_tolerance):
+    return decide_solution()(scores, tie_tolerance).unsqueeze(1)
+
+
+def _crashes_on_empty(scores, tie_tolerance):
+    rows = [decide_solution()(row.unsqueeze(0), tie_tolerance)[0] for row in scores]
+    return torch.stack(rows)  # torch.stack([]) raises on an empty batch
+
+
+def _in_place(scores, tie_tolerance):
+    out = decide_solution()(scores, tie_tolerance)
+    scores.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    return out
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_plain_argmax, "use tie_tolerance"),
+        (_abstain_on_equal, "strictly below"),
+        (_last_index_ties, "LOWEST index"),
+        (_margin_to_minimum, "RUNNER-UP"),
+        (_argmax_with_nan, "containing NaN must give -1"),
+        (_isnan_only, "infinit"),
+        (_no_single_class_case, "single class"),
+        (_returns_float, "LongTensor"),
+        (_returns_list, "LongTensor"),
+        (_keeps_dim, "one decision per row"),
+        (_crashes_on_empty, "empty batch"),
+        (_in_place, "changed the scores tensor"),
+    ],
+)
+def test_decide_checker_names_each_mistake(wrong, words):
+    result = check_decide(wrong)
+    assert not result.passed and result.status != NOT_DONE
+    assert words in result.message, result.message
+
+
+# ------------------------------------------------------------------------------------------ checker 04.2
+
+GOOD = dict(atol=0.05, rtol=0.01, min_quality=0.8, nonfinite="fail", tie_rule="abstain", tie_tolerance=0.1,
+            allowed_decision_changes=0)
+
+
+def test_criteria_solution_passes_and_exercise_is_not_done():
+    assert check_criteria(solution(LESSON, "make_criteria")).passed
+    assert check_criteria(exercise(LESSON, "make_criteria")).status == NOT_DONE
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (dict(rtol=1.0), "rtol=1 means 100 %"),
+        (dict(atol=0.01, rtol=0.05), "swapped"),
+        (dict(rtol=0.0), "relative part"),
+        (dict(atol=0.5), "absolute difference of 0.05"),
+        (dict(min_quality=None), "min_quality=0.8"),
+        (dict(min_quality=0.08), "min_quality=0.8"),
+        (dict(nonfinite="allow"), "nonfinite='fail'"),
+        (dict(tie_rule="lowest_index", tie_tolerance=0.0), "tie_rule='abstain'"),
+        (dict(tie_tolerance=0.05), "MARGIN"),
+        (dict(tie_tolerance=0.2), "tie_tolerance=0.1"),
+        (dict(allowed_decision_changes=1), "means 0"),
+    ],
+)
+def test_criteria_checker_names_each_mistake(change, words):
+    fields = {**GOOD, **change}
+    result = check_criteria(lambda: Criteria(**fields))
+    assert not result.passed and words in result.message, result.message
+
+
+def test_criteria_checker_other_mistakes():
+    assert "not a dict" in check_criteria(lambda: dict(GOOD)).message
+    percent = check_criteria(lambda: Criteria(**{**GOOD, "min_quality": 80}))
+    assert not percent.passed and "fraction" in percent.message
+
+
+# ------------------------------------------------------------------------------------------ checker 04.3
+
+
+def judge_solution():
+    return solution(LESSON, "judge_trial")
+
+
+def test_judge_trial_solution_passes_and_exercise_is_not_done():
+    assert check_judge_trial(judge_solution()).passed
+    assert check_judge_trial(exercise(LESSON, "judge_trial")).status == NOT_DONE
+
+
+def _verdict(finite, numeric, decision, quality):
+    return {"finite": finite, "numeric": numeric, "decision": decision, "quality": quality,
+            "passed": finite and numeric and decision and quality}
+
+
+def _parts(reference, trial, labels, criteria, *, strict=False, trial_rtol=False, no_abs=False,
+           nan_passes=False, ignore_policy=False, argmax=False, all_labels=False, skip_abstain=False,
+           quality_default=False, ignore_decisions=False, ignore_allowed=False):
+    trial = trial.float()
+    finite = bool(torch.isfinite(trial).all()) or (criteria.nonfinite == "allow" and not ignore_policy)
+    base = trial.abs() if trial_rtol else reference.abs()
+    allowed = criteria.atol + criteria.rtol * base
+    diff = (trial - reference) if no_abs else (trial - reference).abs()
+    if nan_passes:
+        numeric = not bool((diff > allowed).any())
+    else:
+        numeric = bool((diff < allowed).all() if strict else (diff <= allowed).all())
+    if argmax:
+        rd, td = reference.argmax(dim=1), torch.nan_to_num(trial, nan=-1e30).argmax(dim=1)
+    else:
+        rd, td = decide(reference, criteria.tie_tolerance), decide(trial, criteria.tie_tolerance)
+    changed = int((rd != td).sum())
+    allowed_changes = 0 if ignore_allowed else criteria.allowed_decision_changes
+    decision = True if ignore_decisions else changed <= allowed_changes
+    if criteria.min_quality is None:
+        quality = not quality_default
+    else:
+        keep = torch.ones_like(labels, dtype=torch.bool) if all_labels else labels >= 0
+        if skip_abstain:
+            keep = keep & (td != -1)
+        acc = float((td[keep] == labels[keep]).float().mean()) if keep.any() else 1.0
+        quality = acc >= criteria.min_quality
+    return _verdict(finite, numeric, decision, bool(quality))
+
+
+def _wrong_judge(**mistake):
+    def judge_trial(reference, trial, labels, criteria):
+        return _parts(reference, trial, labels, criteria, **mistake)
+
+    return judge_trial
+
+
+def _any_passes(reference, trial, labels, criteria):
+    verdict = _parts(reference, trial, labels, criteria)
+    verdict["passed"] = verdict["finite"] or verdict["numeric"] or verdict["decision"]
+    return verdict
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_wrong_judge(ignore_decisions=True), "A decision change must fail 'decision'"),
+        (_wrong_judge(ignore_allowed=True), "allowed_decision_changes=1"),
+        (_wrong_judge(strict=True), "use <="),
+        (_wrong_judge(trial_rtol=True), "not |trial|"),
+        (_wrong_judge(no_abs=True), "absolute difference"),
+        (_wrong_judge(nan_passes=True), "NaN compares False"),
+        (_wrong_judge(ignore_policy=True), "nonfinite='allow'"),
+        (_wrong_judge(argmax=True), "criteria.tie_tolerance"),
+        (_wrong_judge(all_labels=True), "Label -1"),
+        (_wrong_judge(skip_abstain=True), "abstention (-1) is not the right answer"),
+        (_wrong_judge(quality_default=True), "'quality' is True when criteria.min_quality is None"),
+        (_any_passes, "'passed' must be True only when all four"),
+    ],
+)
+def test_judge_trial_checker_names_each_mistake(wrong, words):
+    result = check_judge_trial(wrong)
+    assert not result.passed and result.status != NOT_DONE
+    assert words in result.message, result.message
+
+
+def test_judge_trial_checker_accepts_numpy_and_tensor_bools():
+    good = judge_solution()
+
+    def numpy_bools(*args):
+        return {k: np.bool_(v) for k, v in good(*args).items()}
+
+    def tensor_bools(*args):
+        return {k: torch.tensor(v) for k, v in good(*args).items()}
+
+    assert check_judge_trial(numpy_bools).passed
+    assert check_judge_trial(tensor_bools).passed
+
+
+# ------------------------------------------------------------------------------------------ junk for all
+
+JUNK = [None, "decide", 42, lambda: None, lambda *a: None, lambda *a: "yes", lambda *a: [1, 2],
+        lambda *a: torch.tensor([NAN]), lambda *a: 1 / 0, lambda *a: {"finite": None}]
+
+
+@pytest.mark.parametrize("check", [check_decide, check_criteria, check_judge_trial])
+@pytest.mark.parametrize("junk", JUNK, ids=lambda j: repr(j)[:20])
+def test_checkers_never_raise_on_junk(check, junk):
+    result = check(junk)
+    assert not result.passed and result.message
+    assert result.status in ("failed", NOT_DONE)
+
+
+def test_checks_are_fast():
+    import time
+
+    for check, fn in ((check_decide, decide_solution()), (check_judge_trial, judge_solution()),
+                      (check_criteria, solution(LESSON, "make_criteria"))):
+        times = []
+        for _ in range(2):  # the better of two runs: a shared CI machine can stall one of them
+            start = time.perf_counter()
+            assert check(fn).passed
+            times.append(time.perf_counter() - start)
+        assert min(times) < 2.0, (check.__name__, times)
+
+
+
+# ------------------------------------------------------------------------------- the rule tables, one by one
+
+
+def decide_answer(got, *, scores=((2.0, 5.0, 5.0),), tolerance=0.0, expected=(1,), changed_input=False):
+    return l04.DecideAnswer(torch.tensor(scores), tolerance, list(expected), list(got), "the case's message",
+                            changed_input)
+
+
+DECIDE_RULE_CASES = {
+    "changed the scores in place": decide_answer([1], changed_input=True),
+    "abstains when the margin equals tie_tolerance": decide_answer(
+        [-1], scores=((1.0, 0.75, 0.0),), tolerance=0.25, expected=(0,)),
+    "the mistake this case is built to catch": decide_answer([2]),
+}
+
+
+@pytest.mark.parametrize("name", DECIDE_RULE_CASES)
+def test_each_decide_rule_recognises_its_case(name):
+    answer = DECIDE_RULE_CASES[name]
+    rule = first_mistake(l04.DECIDE_MISTAKES, answer)
+    assert rule is not None and rule.name == name
+    assert rule.text(answer)
+    assert first_mistake(l04.DECIDE_MISTAKES, decide_answer([1])) is None
+    assert set(DECIDE_RULE_CASES) == {rule.name for rule in l04.DECIDE_MISTAKES}
+
+
+CRITERIA_RULE_CASES = {
+    "not a Criteria": dict(GOOD),
+    "atol and rtol swapped": dict(atol=0.01, rtol=0.05),
+    "rtol as a percentage": dict(rtol=1.0),
+    "no relative part": dict(rtol=0.0),
+    "another rtol": dict(rtol=0.02),
+    "another atol": dict(atol=0.5),
+    "no minimum quality": dict(min_quality=None),
+    "another minimum quality": dict(min_quality=0.08),
+    "non-finite outputs allowed": dict(nonfinite="allow"),
+    "ties to the lowest index": dict(tie_rule="lowest_index", tie_tolerance=0.0),
+    "tie_tolerance set to atol": dict(tie_tolerance=0.05),
+    "another tie_tolerance": dict(tie_tolerance=0.2),
+    "decision changes allowed": dict(allowed_decision_changes=1),
+}
+
+
+@pytest.mark.parametrize("name", CRITERIA_RULE_CASES)
+def test_each_criteria_rule_recognises_its_case(name):
+    change = CRITERIA_RULE_CASES[name]
+    got = change if name == "not a Criteria" else Criteria(**{**GOOD, **change})
+    rule = first_mistake(l04.CRITERIA_MISTAKES, got)
+    assert rule is not None and rule.name == name
+    assert rule.text(got)
+    assert first_mistake(l04.CRITERIA_MISTAKES, Criteria(**GOOD)) is None
+    assert set(CRITERIA_RULE_CASES) == {rule.name for rule in l04.CRITERIA_MISTAKES}
+
+
+def judge_answer(target="decision", **got):
+    want = {"finite": True, "numeric": True, "decision": True, "quality": True, "passed": True}
+    return l04.JudgeAnswer("a case", target, "the case's own message", torch.zeros(1, 2), torch.zeros(1, 2),
+                           [0], Criteria(atol=0.01, rtol=0.0), {**want, **got}, want)
+
+
+JUDGE_RULE_CASES = {
+    "the level this case is about": (judge_answer("numeric", numeric=False, passed=False), "own message"),
+    "'finite' wrong": (judge_answer(finite=False, quality=False), "'finite' is True when"),
+    "'numeric' wrong": (judge_answer(numeric=False), "'numeric' is True when"),
+    "'decision' wrong": (judge_answer("quality", decision=False), "'decision' is True when"),
+    "'quality' wrong": (judge_answer(quality=False), "'quality' is True when"),
+    "'passed' is not all four levels": (judge_answer(passed=False), "only when all four levels pass"),
+}
+
+
+@pytest.mark.parametrize("name", JUDGE_RULE_CASES)
+def test_each_judge_rule_recognises_its_case(name):
+    answer, words = JUDGE_RULE_CASES[name]
+    rule = first_mistake(l04.JUDGE_MISTAKES, answer)
+    assert rule is not None and rule.name == name
+    assert words in rule.text(answer) and "Case 'a case'" in rule.text(answer)
+    assert first_mistake(l04.JUDGE_MISTAKES, judge_answer()) is None
+    assert set(JUDGE_RULE_CASES) == {rule.name for rule in l04.JUDGE_MISTAKES}
