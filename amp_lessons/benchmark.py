@@ -15,23 +15,18 @@ What "honestly" means here, and why each rule exists:
   outputs are kept and checked *after* the timed region.
 - **Same model, shapes, batch and data for every variant**, so the only difference is the precision.
 - **Memory**: on a GPU, ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` gives the peak
-  of the tensors torch allocated. On a CPU torch has no such counter, and process-level numbers (peak RSS)
-  only ever grow for the whole process, so they cannot be attributed to one variant. What we *can* measure
-  everywhere, exactly and deterministically, is the size of the tensors autograd saves for backward
-  (``torch.autograd.graph.saved_tensors_hooks``): that is the activation memory AMP shrinks.
+  of the tensors torch allocated (``measure`` reports it). Everywhere else, and by kind, memory is measured
+  by ``amp_lessons.memory``.
 """
 
 from __future__ import annotations
 
 import functools
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
 import torch
-
-from amp_lessons.environment import dtype_name
 
 # ----------------------------------------------------------------------------- synchronisation
 
@@ -63,13 +58,13 @@ def _quantile(values, q: float) -> float:
 
 @dataclass
 class Measurement:
-    """Every timed repeat of one variant (seconds per call), with its memory and whether outputs were finite."""
+    """Every timed repeat of one variant (seconds per call), its memory, and whether outputs were finite."""
 
     label: str
     times: list
     device: str = "cpu"
     peak_memory_bytes: int | None = None  # GPU: peak allocated during the timed repeats (None on CPU)
-    start_memory_bytes: int | None = None  # GPU: allocated before the timed repeats (weights, optimizer state)
+    start_memory_bytes: int | None = None  # GPU: allocated before the timed repeats (weights, optimizer)
     all_finite: bool | None = None  # checked after the timed region, never inside it
 
     @property
@@ -97,7 +92,7 @@ class Measurement:
     __repr__ = __str__
 
 
-def _check_int(name: str, value, low: int) -> None:
+def _validate_int(name: str, value, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
@@ -111,21 +106,24 @@ def measure(step_fn, *, device, warmup: int = 3, repeats: int = 20, label: str =
 
     - GPU: one pair of CUDA events per repeat, recorded around the call; the events are read only after a
       single ``synchronize`` at the end, so nothing inside the timed region waits for the GPU. The peak
-      memory is ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (reset after the warm-up).
+      memory is ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (reset after the
+      warm-up).
     - CPU: ``time.perf_counter`` around each call (CPU ops are synchronous); no per-variant memory counter.
 
     Whatever ``step_fn`` returns (e.g. the loss) is kept and checked for NaN/inf only after timing.
     """
     if not callable(step_fn):
-        raise TypeError("step_fn must be a function with no arguments that runs one step, e.g. `lambda: step()`")
-    _check_int("warmup", warmup, 0)
-    _check_int("repeats", repeats, 1)
+        raise TypeError("step_fn must be a function with no arguments that runs one step, e.g. `lambda: "
+                        "step()`")
+    _validate_int("warmup", warmup, 0)
+    _validate_int("repeats", repeats, 1)
     device = torch.device(device)
     outputs = []
     for _ in range(warmup):
         step_fn()
     synchronize(device)
-    measurement = Measurement(label=label or getattr(step_fn, "__name__", "step"), times=[], device=str(device))
+    label = label or getattr(step_fn, "__name__", "step")
+    measurement = Measurement(label=label, times=[], device=str(device))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         measurement.start_memory_bytes = int(torch.cuda.memory_allocated(device))
@@ -139,7 +137,8 @@ def measure(step_fn, *, device, warmup: int = 3, repeats: int = 20, label: str =
                 outputs.append(step_fn())
                 end.record()
                 done += 1
-                if _out_of_time(began, max_seconds, done, min_repeats):  # host clock only: no wait for the GPU
+                # host clock only: no wait for the GPU
+                if _out_of_time(began, max_seconds, done, min_repeats):
                     break
         synchronize(device)  # the only wait: after the timed region
         measurement.times = [start.elapsed_time(end) / 1e3 for start, end in zip(starts[:done], ends[:done])]
@@ -179,17 +178,19 @@ def _loop_once(step_fn, device, steps: int, item_each_step: bool) -> float:
     return (time.perf_counter() - began) / steps
 
 
-def item_overhead(step_fn, *, device, steps: int = 10, rounds: int = 5, max_seconds: float | None = None) -> list:
+def item_overhead(step_fn, *, device, steps: int = 10, rounds: int = 5,
+                  max_seconds: float | None = None) -> list:
     """Per-step seconds of loops without and with a ``loss.item()`` after every step: ``[without, with]``.
 
-    Each loop of ``steps`` calls is timed as a whole (host clock, one sync at the end): that is what shows the
-    cost of a ``.item()`` per step on a GPU — without it the CPU queues step k+1 while the GPU still runs step k;
-    with it the CPU waits every step. The rounds alternate (without, with, without, with, ...) so that a change in
-    the machine's load during the measurement hits both loops alike instead of biasing one of them. Each list has
-    one value per round (at least 2; fewer than ``rounds`` once ``max_seconds`` is used up).
+    Each loop of ``steps`` calls is timed as a whole (host clock, one sync at the end): that is what shows
+    the cost of a ``.item()`` per step on a GPU — without it the CPU queues step k+1 while the GPU still runs
+    step k; with it the CPU waits every step. The rounds alternate (without, with, without, with, ...) so that
+    a change in the machine's load during the measurement hits both loops alike instead of biasing one of
+    them. Each list has one value per round (at least 2; fewer than ``rounds`` once ``max_seconds`` is used
+    up).
     """
-    _check_int("steps", steps, 1)
-    _check_int("rounds", rounds, 1)
+    _validate_int("steps", steps, 1)
+    _validate_int("rounds", rounds, 1)
     device = torch.device(device)
     step_fn()  # warm-up, both ways
     step_fn().item()
@@ -225,7 +226,9 @@ def results_table(measurements, baseline: str | None = None):
             "repeats": len(m.times),
             f"speed-up vs {base.label}": round(speedup, 2),
             "verdict": "baseline" if m is base else verdict,
-            "peak GPU memory (MiB)": "n/a (CPU)" if m.peak_memory_bytes is None else round(m.peak_memory_bytes / 2**20, 1),
+            "peak GPU memory (MiB)": (
+                "n/a (CPU)" if m.peak_memory_bytes is None else round(m.peak_memory_bytes / 2**20, 1)
+            ),
             "outputs finite": m.all_finite,
         })
     return pd.DataFrame(rows).set_index("variant")
@@ -248,7 +251,8 @@ def plot_times(measurements, baseline: str | None = None, ax=None):
     base = _find(measurements, baseline)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3.6))
-    colours = {"fp32": "#607d8b", "bf16": "#2e7d32", "bfloat16": "#2e7d32", "fp16": "#ef6c00", "float16": "#ef6c00"}
+    colours = {"fp32": "#607d8b", "bf16": "#2e7d32", "bfloat16": "#2e7d32", "fp16": "#ef6c00",
+               "float16": "#ef6c00"}
     for i, m in enumerate(measurements):
         colour = next((c for key, c in colours.items() if key in m.label.lower()), "#1565c0")
         median = m.median * 1e3
@@ -256,8 +260,8 @@ def plot_times(measurements, baseline: str | None = None, ax=None):
                yerr=[[median - m.q25 * 1e3], [m.q75 * 1e3 - median]], capsize=6)
         ax.scatter([i + 0.18 * ((k % 5) - 2) / 2 for k in range(len(m.times))], [t * 1e3 for t in m.times],
                    s=9, color="black", alpha=0.5, zorder=3)
-        ax.annotate(f"{median:.2f} ms\n×{_speedup(base, m):.2f}", (i, max(max(m.times) * 1e3, m.q75 * 1e3)), xytext=(0, 4),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=9)
+        ax.annotate(f"{median:.2f} ms\n×{_speedup(base, m):.2f}", (i, max(max(m.times) * 1e3, m.q75 * 1e3)),
+                    xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=9)
     ax.set_xticks(range(len(measurements)), [m.label for m in measurements])
     ax.set_ylabel("time per training step (ms)")
     ax.set_title(f"median of the repeats, bars = IQR, ×speed-up vs {base.label} ({measurements[0].device})")
@@ -308,18 +312,21 @@ def conclusions(measurements, *, baseline: str | None = None, device_type: str =
         elif verdict == "slower":
             head = f"{m.label} is SLOWER than {base.label} here ({numbers})."
         else:
-            head = (f"{m.label} shows no clear difference from {base.label} ({numbers}): the gap is smaller than "
-                    "5 % or within the spread between repeats, so this run supports no speed claim.")
+            head = (f"{m.label} shows no clear difference from {base.label} ({numbers}): the gap is smaller "
+                    "than 5 % or within the spread between repeats, so this run supports no speed claim.")
         lines.append(head + " " + _reason(m.label, verdict, device_type, native_bf16))
         if m.all_finite is False:
-            lines.append(f"Warning: {m.label} produced NaN/inf losses while being timed — its time means nothing.")
+            lines.append(f"Warning: {m.label} produced NaN/inf losses while being timed — its time means "
+                         "nothing.")
     if verdicts and all(v == "slower" for v in verdicts):
-        lines.append("Overall: on this machine AMP made the step slower. If you use it here, it is not for speed.")
+        lines.append("Overall: on this machine AMP made the step slower. If you use it here, it is not for "
+                     "speed.")
     elif "faster" in verdicts:
-        lines.append("Overall: AMP gave a measured speed-up here — on this model, these shapes and this batch. "
-                     "Re-measure on your real workload before you promise it.")
+        lines.append("Overall: AMP gave a measured speed-up here — on this model, these shapes and this "
+                     "batch. Re-measure on your real workload before you promise it.")
     else:
-        lines.append("Overall: no variant was clearly faster than FP32 here; do not claim a speed-up from this run.")
+        lines.append("Overall: no variant was clearly faster than FP32 here; do not claim a speed-up from "
+                     "this run.")
     return "\n".join(lines)
 
 
@@ -330,24 +337,27 @@ def _reason(label: str, verdict: str, device_type: str, native_bf16: bool | None
         return ""
     if device_type == "cuda":
         if verdict == "faster":
-            return "On a GPU the low-precision matmuls run on Tensor Cores (or matrix cores on AMD) and move half the bytes."
-        return ("On a GPU this usually means the model is too small: launch overhead and the extra cast kernels "
-                "dominate, and the matmuls are too small to keep the Tensor Cores busy.")
+            return ("On a GPU the low-precision matmuls run on Tensor Cores (or matrix cores on AMD) and "
+                    "move half the bytes.")
+        return ("On a GPU this usually means the model is too small: launch overhead and the extra cast "
+                "kernels dominate, and the matmuls are too small to keep the Tensor Cores busy.")
     if verdict == "faster":
         if is_bf16 and native_bf16:
             return "This CPU has BF16 instructions (AVX512-BF16/AMX), and the low-precision matmuls use them."
-        return "The CPU gains from moving half the bytes through memory; the gain may not survive other shapes."
+        return ("The CPU gains from moving half the bytes through memory; the gain may not survive other "
+                "shapes.")
     if is_bf16 and native_bf16 is False:
-        return ("This CPU has no BF16 instructions, so BF16 arithmetic is emulated and the casts autocast inserts "
-                "cost more than they save.")
+        return ("This CPU has no BF16 instructions, so BF16 arithmetic is emulated and the casts autocast "
+                "inserts cost more than they save.")
     if not is_bf16:
         return ("CPUs rarely have fast FP16 arithmetic: autocast adds casts to and from FP16 and the matmuls "
                 "gain little or nothing.")
-    return "The casts autocast inserts around every matmul cost more than the low-precision arithmetic saves here."
+    return ("The casts autocast inserts around every matmul cost more than the low-precision arithmetic "
+            "saves here.")
 
 
 def item_conclusion(without_item, with_item, *, device_type: str = "cpu", min_change: float = 0.05) -> str:
-    """Text generated from two lists of seconds-per-step: a loop without and with ``loss.item()`` each step."""
+    """Text generated from two lists of seconds per step: loops without and with ``loss.item()`` each step."""
     plain = Measurement("without .item()", list(without_item))
     synced = Measurement("with .item()", list(with_item))
     verdict, speedup = speed_verdict(plain, synced, min_change=min_change)
@@ -356,19 +366,23 @@ def item_conclusion(without_item, with_item, *, device_type: str = "cpu", min_ch
     if verdict == "slower":
         text = f"A .item() per step made the loop measurably slower: {numbers}."
     elif verdict == "faster":
-        text = f"The loop with .item() happened to be faster ({numbers}): that is noise from other processes, not a gain."
+        text = (f"The loop with .item() happened to be faster ({numbers}): that is noise from other "
+                "processes, not a gain.")
     else:
-        text = f"No measurable cost from a .item() per step here: {numbers}, within the spread between rounds."
+        text = (f"No measurable cost from a .item() per step here: {numbers}, within the spread between "
+                "rounds.")
     if device_type == "cuda":
-        text += (" On a GPU each .item() waits for every queued kernel, so the CPU cannot queue the next step while"
-                 " the GPU works; the cost grows as the step gets shorter.")
+        text += (" On a GPU each .item() waits for every queued kernel, so the CPU cannot queue the next "
+                 "step while the GPU works; the cost grows as the step gets shorter.")
     elif verdict == "slower":
-        text += (" On a CPU every op has already finished when the call returns, so .item() itself only copies one"
-                 " number; a gap this size more likely comes from other processes on this machine — re-run to see"
-                 " whether it stays. On a GPU .item() is a full synchronisation and costs much more.")
+        text += (" On a CPU every op has already finished when the call returns, so .item() itself only "
+                 "copies one number; a gap this size more likely comes from other processes on this machine "
+                 "— re-run to see whether it stays. On a GPU .item() is a full synchronisation and costs "
+                 "much more.")
     else:
-        text += (" On a CPU every op has already finished when the call returns, so .item() only copies one number:"
-                 " it is cheap here. On a GPU it is a full synchronisation — measure it there before you dismiss it.")
+        text += (" On a CPU every op has already finished when the call returns, so .item() only copies one "
+                 "number: it is cheap here. On a GPU it is a full synchronisation — measure it there before "
+                 "you dismiss it.")
     return text
 
 
@@ -388,221 +402,16 @@ def shape_conclusion(measurements) -> str:
     numbers = f"n={n_a}: {rate_a:.1f} TFLOP/s, n={n_b}: {rate_b:.1f} TFLOP/s (×{rate_a / rate_b:.2f})"
     friendly = n_a % 8 == 0 and n_b % 8 != 0
     if verdict == "faster" and friendly:
-        return (f"The multiple of 8 was clearly faster per flop ({numbers}): Tensor Cores want dimensions that are "
-                "multiples of 8 in FP16/BF16. Pad hidden sizes, vocabularies and batch sizes accordingly.")
+        return (f"The multiple of 8 was clearly faster per flop ({numbers}): Tensor Cores want dimensions "
+                "that are multiples of 8 in FP16/BF16. Pad hidden sizes, vocabularies and batch sizes "
+                "accordingly.")
     if verdict == "faster":
         return f"n={n_a} was clearly faster per flop ({numbers})."
     if verdict == "slower":
-        return (f"n={n_a} was slower per flop ({numbers}): unexpected — re-run; other work on the GPU or clock "
-                "changes can do this.")
-    return (f"No clear difference ({numbers}): this GPU/library pads or handles the odd size well for this shape. "
-            "Check your real layer sizes before padding them.")
-
-
-# ----------------------------------------------------------------------------- memory
-
-
-def tensor_bytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def saved_tensor_report(model, loss_fn, inputs, targets, *, dtype=None):
-    """Bytes autograd saves for backward in one forward pass (+ loss), by kind and dtype.
-
-    ``dtype=None`` runs in FP32, otherwise under ``torch.autocast(dtype=dtype)``. A saved tensor is
-    classified as
-    - ``"parameter (FP32 master)"`` when it *is* a parameter (FP32 runs save the weight itself: no extra memory),
-    - ``"weight copy cast by autocast"`` when it has a parameter's shape (or its transpose) but a low-precision
-      dtype (autocast casts each weight once per forward and keeps the copy for backward: memory FP32 training
-      does not need). This is judged by shape, so keep batch sizes different from layer widths;
-    - ``"activation"`` otherwise.
-    Tensors saved twice are counted once. Returns a DataFrame with columns kind, dtype, tensors, bytes.
-    """
-    import pandas as pd
-
-    parameters = {p.data_ptr(): p for p in model.parameters()}
-    parameter_shapes = {tuple(sorted(p.shape)) for p in model.parameters()}  # Linear saves weight.t()
-    seen, rows = set(), []
-
-    def pack(t):
-        key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
-        if key not in seen:
-            seen.add(key)
-            if t.data_ptr() in parameters and t.dtype == parameters[t.data_ptr()].dtype:
-                kind = "parameter (FP32 master)"
-            elif tuple(sorted(t.shape)) in parameter_shapes and t.dtype in (torch.float16, torch.bfloat16):
-                kind = "weight copy cast by autocast"
-            else:
-                kind = "activation"
-            rows.append((kind, dtype_name(t.dtype), tensor_bytes(t)))
-        return t
-
-    device_type = inputs.device.type
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        if dtype is None:
-            loss = loss_fn(model(inputs), targets)
-        else:
-            with torch.autocast(device_type=device_type, dtype=dtype):
-                loss = loss_fn(model(inputs), targets)
-    del loss
-    frame = pd.DataFrame(rows, columns=["kind", "dtype", "bytes"])
-    return (frame.assign(tensors=1).groupby(["kind", "dtype"], as_index=False)[["tensors", "bytes"]].sum()
-            .sort_values(["kind", "dtype"]).reset_index(drop=True))
-
-
-def state_bytes(model, optimizer=None) -> dict:
-    """Bytes of weights, gradients and optimizer state: AMP leaves all three in FP32."""
-    weights = sum(tensor_bytes(p) for p in model.parameters())
-    grads = sum(tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None)
-    state = 0
-    if optimizer is not None:
-        for per_param in optimizer.state.values():
-            state += sum(tensor_bytes(v) for v in per_param.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
-    return {"weights": weights, "gradients": grads, "optimizer state": state}
-
-
-def memory_breakdown(state: dict, saved: dict):
-    """Table in KiB: rows = memory kinds, columns = variants.
-
-    ``state`` is ``state_bytes(...)`` (the same for every variant: AMP keeps FP32 weights, gradients and
-    optimizer state); ``saved`` maps a variant label to its ``saved_tensor_report`` frame.
-    """
-    import pandas as pd
-
-    kinds = ["activation", "weight copy cast by autocast"]
-    columns = {}
-    for label, report in saved.items():
-        by_kind = report.groupby("kind")["bytes"].sum() if len(report) else pd.Series(dtype=float)
-        column = dict(state)
-        for kind in kinds:
-            column[f"saved for backward: {kind}"] = int(by_kind.get(kind, 0))
-        column["total"] = sum(column.values())
-        columns[label] = column
-    return (pd.DataFrame(columns) / 1024).round(1)
-
-
-def plot_memory(breakdown, ax=None):
-    """Stacked bars of ``memory_breakdown`` (KiB): what stays FP32 and what autocast shrinks or adds."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.5, 3.6))
-    parts = [row for row in breakdown.index if row != "total"]
-    colours = ["#90a4ae", "#b0bec5", "#cfd8dc", "#1565c0", "#ef6c00"]
-    bottom = [0.0] * len(breakdown.columns)
-    for colour, part in zip(colours, parts):
-        values = [float(v) for v in breakdown.loc[part]]
-        ax.bar(list(breakdown.columns), values, bottom=bottom, label=part, color=colour, width=0.6)
-        bottom = [b + v for b, v in zip(bottom, values)]
-    for i, total in enumerate(bottom):
-        ax.annotate(f"{total:,.0f} KiB", (i, total), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
-    ax.set_ylabel("KiB")
-    ax.set_ylim(0, max(bottom) * 1.2)
-    ax.set_title("training memory by kind (measured by size, not by a profiler)")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-    return ax.figure
-
-
-def memory_conclusion(breakdown, *, baseline: str | None = None) -> str:
-    """Text generated from ``memory_breakdown``: how much activations and the total shrank per variant."""
-    columns = list(breakdown.columns)
-    if not columns:
-        return "Nothing was measured."
-    base = baseline or columns[0]
-    act = "saved for backward: activation"
-    copies = "saved for backward: weight copy cast by autocast"
-    lines = []
-    for label in columns:
-        if label == base:
-            continue
-        act_ratio = breakdown.at[act, label] / breakdown.at[act, base] if breakdown.at[act, base] else float("nan")
-        total_ratio = breakdown.at["total", label] / breakdown.at["total", base]
-        lines.append(
-            f"{label}: activations saved for backward are {act_ratio:.2f}× those of {base}, plus "
-            f"{breakdown.at[copies, label]:,.1f} KiB of low-precision weight copies; the total is {total_ratio:.2f}× "
-            f"({breakdown.at['total', label]:,.1f} vs {breakdown.at['total', base]:,.1f} KiB)."
-        )
-    lines.append("Weights, gradients and optimizer state are identical in every column: AMP keeps them in FP32.")
-    return "\n".join(lines)
-
-
-def memory_by_batch(model, loss_fn, state: dict, *, batch_sizes, in_features: int, classes: int, dtype,
-                    device, seed: int = 0):
-    """Total training memory (``memory_breakdown``'s total) in FP32 and under autocast for several batch sizes.
-
-    Weights, gradients and optimizer state do not grow with the batch; saved activations do. So the AMP/FP32
-    ratio falls towards (but never reaches) one half as the batch grows. Returns a DataFrame, one row per batch.
-    """
-    import pandas as pd
-
-    generator = torch.Generator().manual_seed(seed)
-    rows = []
-    for batch in batch_sizes:
-        x = torch.randn(batch, in_features, generator=generator).to(device)
-        y = torch.randint(0, classes, (batch,), generator=generator).to(device)
-        table = memory_breakdown(state, {
-            "FP32": saved_tensor_report(model, loss_fn, x, y, dtype=None),
-            "AMP": saved_tensor_report(model, loss_fn, x, y, dtype=dtype),
-        })
-        activations = table.at["saved for backward: activation", "FP32"]
-        rows.append({
-            "batch": batch,
-            "FP32 total (KiB)": table.at["total", "FP32"],
-            "AMP total (KiB)": table.at["total", "AMP"],
-            "AMP / FP32": round(table.at["total", "AMP"] / table.at["total", "FP32"], 3),
-            "activations share of FP32 total": round(activations / table.at["total", "FP32"], 3),
-        })
-    return pd.DataFrame(rows).set_index("batch")
-
-
-def plot_memory_by_batch(frame, ax=None):
-    """AMP/FP32 total-memory ratio against batch size, with the "memory halves" line for reference."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.5, 3.2))
-    ax.plot(frame.index, frame["AMP / FP32"], "o-", color="#1565c0", label="measured: AMP total / FP32 total")
-    ax.axhline(0.5, color="#c62828", linestyle="--", label='the "memory halves" claim')
-    ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(frame.index), [str(b) for b in frame.index])
-    ax.minorticks_off()
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("AMP / FP32")
-    ax.set_ylim(0, 1.1)
-    ax.set_title("training memory: weights + grads + Adam state + saved tensors")
-    ax.legend(fontsize=8, loc="lower left")
-    return ax.figure
-
-
-def memory_by_batch_conclusion(frame) -> str:
-    """Text generated from ``memory_by_batch``: where AMP saves memory, where it costs memory, how far from half."""
-    ratios = frame["AMP / FP32"]
-    smallest, largest = ratios.index[0], ratios.index[-1]
-    lines = [f"At batch {smallest} AMP needs {ratios.iloc[0]:.2f}× the FP32 memory; at batch {largest}, "
-             f"{ratios.iloc[-1]:.2f}×."]
-    more = [int(b) for b, r in ratios.items() if r > 1]
-    if more:
-        lines.append(f"At batch {', '.join(map(str, more))} AMP needs MORE memory than FP32: the low-precision weight "
-                     "copies outweigh the activations it saves.")
-    lines.append(f"No batch reached one half (the lowest ratio is {ratios.min():.2f}×): FP32 weights, gradients and "
-                 "optimizer state do not shrink." if ratios.min() > 0.5 else
-                 f"The ratio went down to {ratios.min():.2f}×.")
-    return "\n".join(lines)
-
-
-def process_peak_rss_bytes() -> int | None:
-    """Peak resident memory of this whole Python process so far (None where the OS does not report it).
-
-    It only ever grows, and it includes everything the process ever held (the notebook, other lessons'
-    tensors, Python itself), so it cannot tell you what one variant of a step needs.
-    """
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+        return (f"n={n_a} was slower per flop ({numbers}): unexpected — re-run; other work on the GPU or "
+                "clock changes can do this.")
+    return (f"No clear difference ({numbers}): this GPU/library pads or handles the odd size well for this "
+            "shape. Check your real layer sizes before padding them.")
 
 
 # ----------------------------------------------------------------------------- GPU specifics
@@ -633,13 +442,15 @@ def platform_note() -> str:
     """Which GPU platform this torch build targets; ROCm builds still call the device ``cuda``."""
     hip = getattr(torch.version, "hip", None)
     if hip:
-        return (f"This torch is a ROCm build (HIP {hip}). The device is still called 'cuda' and torch.cuda.* works, "
-                "but the kernels are AMD's (rocBLAS/hipBLASLt, MIOpen): speed, which dtypes are fast and even the "
-                "last bits of results can differ from an NVIDIA GPU. Validate and measure on this platform.")
+        return (f"This torch is a ROCm build (HIP {hip}). The device is still called 'cuda' and torch.cuda.* "
+                "works, but the kernels are AMD's (rocBLAS/hipBLASLt, MIOpen): speed, which dtypes are fast "
+                "and even the last bits of results can differ from an NVIDIA GPU. Validate and measure on "
+                "this platform.")
     if torch.version.cuda:
-        return (f"This torch is a CUDA {torch.version.cuda} build (torch.version.hip is None). On an AMD GPU with a "
-                "ROCm build the device would still be called 'cuda', with different kernels and possibly different "
-                "speed and last-bit results — so numbers measured here do not transfer to it.")
-    return ("This torch is a CPU-only build (torch.version.cuda and torch.version.hip are both None). On a ROCm "
-            "build an AMD GPU is still called 'cuda', but its kernels, speed and last-bit results are AMD's: "
-            "validate and measure again there.")
+        return (f"This torch is a CUDA {torch.version.cuda} build (torch.version.hip is None). On an AMD GPU "
+                "with a ROCm build the device would still be called 'cuda', with different kernels and "
+                "possibly different speed and last-bit results — so numbers measured here do not transfer to "
+                "it.")
+    return ("This torch is a CPU-only build (torch.version.cuda and torch.version.hip are both None). On a "
+            "ROCm build an AMD GPU is still called 'cuda', but its kernels, speed and last-bit results are "
+            "AMD's: validate and measure again there.")

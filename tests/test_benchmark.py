@@ -1,4 +1,6 @@
-"""Lesson 07: the benchmark helpers, the generated conclusions, and the time_step checker."""
+"""Lesson 07: the benchmark and memory helpers and the conclusions they generate.
+
+The time_step checker's tests are in tests/checks/test_l07_benchmark.py."""
 
 import math
 import time
@@ -6,308 +8,12 @@ import time
 import matplotlib.figure
 import pytest
 import torch
-from notebook_code import exercise, solution
 from torch import nn
 
-from amp_lessons import benchmark
+from amp_lessons import benchmark, memory
 from amp_lessons.benchmark import Measurement
-from amp_lessons.checks import check_time_step
-from amp_lessons.checks.l07_benchmark import SCENARIOS, FakeDevice
 from amp_lessons.environment import cpu_threads
 from amp_lessons.models import TimingMLP
-
-LESSON = "07_measuring_gains.ipynb"
-
-
-# ----------------------------------------------------------------------------- checker: solution and exercise
-
-
-def test_solution_passes():
-    result = check_time_step(solution(LESSON, "time_step"))
-    assert result.passed, result.message
-
-
-def test_solution_passes_in_strict_mode(strict):
-    assert check_time_step(solution(LESSON, "time_step")).passed
-
-
-def test_untouched_exercise_is_not_done():
-    result = check_time_step(exercise(LESSON, "time_step"))
-    assert result.status == "not done", result.message
-
-
-def test_checker_is_fast():
-    fn = solution(LESSON, "time_step")
-    began = time.perf_counter()
-    check_time_step(fn)
-    assert time.perf_counter() - began < 0.5
-
-
-# ----------------------------------------------------------------------------- checker: each known mistake
-
-
-def _step_then_sync(step_fn, sync, i):
-    step_fn()
-    sync()
-
-
-def _right(step_fn, *, warmup, repeats, sync, clock=time.perf_counter, sync_after_warmup=True, timed=_step_then_sync):
-    """The right answer; ``sync_after_warmup=False`` or another ``timed`` (what runs between the clock readings)
-    plants one mistake in it."""
-    for _ in range(warmup):
-        step_fn()
-    if sync_after_warmup:
-        sync()
-    times = []
-    for i in range(repeats):
-        start = clock()
-        timed(step_fn, sync, i)
-        times.append(clock() - start)
-    return times
-
-
-def no_warmup(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=0, repeats=repeats, sync=sync, clock=clock, sync_after_warmup=False)
-
-
-def no_sync(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, sync_after_warmup=False,
-                  timed=lambda step_fn, sync, i: step_fn())
-
-
-def sync_only_before_start(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    for _ in range(warmup):
-        step_fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = clock()
-        step_fn()
-        times.append(clock() - start)
-    return times
-
-
-def no_sync_after_warmup(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, sync_after_warmup=False)
-
-
-def item_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    def timed(step_fn, sync, i):
-        loss = step_fn()
-        loss.item()
-        sync()
-
-    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, timed=timed)
-
-
-def isfinite_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    def timed(step_fn, sync, i):
-        loss = step_fn()
-        sync()
-        assert torch.isfinite(loss)
-
-    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, timed=timed)
-
-
-def print_inside(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    def timed(step_fn, sync, i):
-        step_fn()
-        sync()
-        print("step", i)
-
-    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, timed=timed)
-
-
-def total_number(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    for _ in range(warmup):
-        step_fn()
-    sync()
-    start = clock()
-    for _ in range(repeats):
-        step_fn()
-    sync()
-    return clock() - start
-
-
-def total_in_a_list(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return [total_number(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
-
-
-def same_average(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    total = total_number(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)
-    return [total / repeats] * repeats
-
-
-def median_only(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    import statistics
-
-    return statistics.median(_right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock))
-
-
-def running_total(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    for _ in range(warmup):
-        step_fn()
-    sync()
-    times = []
-    start = clock()
-    for _ in range(repeats):
-        step_fn()
-        sync()
-        times.append(clock() - start)
-    return times
-
-
-def milliseconds(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return [t * 1000 for t in _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
-
-
-def one_repeat_short(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=warmup, repeats=repeats - 1, sync=sync, clock=clock)
-
-
-def warmup_in_result(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=0, repeats=warmup + repeats, sync=sync, clock=clock)
-
-
-def reversed_subtraction(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return [-t for t in _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
-
-
-def ignores_clock(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=time.perf_counter)
-
-
-def uses_cuda_synchronize(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=warmup, repeats=repeats, sync=torch.cuda.synchronize, clock=clock)
-
-
-def hard_coded_counts(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=3, repeats=6, sync=sync, clock=clock)
-
-
-def returns_tensor(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return torch.tensor(_right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock))
-
-
-def forgets_return(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)
-
-
-def passes_device_to_sync(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return _right(step_fn, warmup=warmup, repeats=repeats, sync=lambda: sync("cuda"), clock=clock)
-
-
-WRONG = [
-    (no_warmup, "No warm-up"),
-    (no_sync, "never call `sync()`"),
-    (sync_only_before_start, "BEFORE reading the clock at the end"),
-    (no_sync_after_warmup, "leftover warm-up work"),
-    (item_inside, "`item`"),
-    (isfinite_inside, "`isfinite`"),
-    (print_inside, "`print`"),
-    (total_number, "TOTAL time"),
-    (total_in_a_list, "TOTAL time"),
-    (same_average, "same average"),
-    (median_only, "MEDIAN"),
-    (running_total, "running total"),
-    (milliseconds, "milliseconds"),
-    (one_repeat_short, "warm-up + repeats"),
-    (warmup_in_result, "the warm-up calls are in your list"),
-    (reversed_subtraction, "wrong way round"),
-    (ignores_clock, "never called `clock()`"),
-    (uses_cuda_synchronize, "torch.cuda.synchronize() directly"),
-    (hard_coded_counts, "warm-up + repeats"),
-    (returns_tensor, "returned a tensor"),
-    (forgets_return, "forget `return times`"),
-    (passes_device_to_sync, "passed arguments to sync"),
-]
-
-
-@pytest.mark.parametrize("wrong, named", WRONG, ids=[w.__name__ for w, _ in WRONG])
-def test_wrong_answer_is_named(wrong, named):
-    result = check_time_step(wrong)
-    assert not result.passed
-    assert result.status == "failed"
-    assert named in result.message, result.message
-
-
-def _raises(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return 1 / 0
-
-
-def _loops_forever(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    while True:
-        step_fn()
-
-
-def _nan(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    clock()
-    return [float("nan")] * repeats
-
-
-def _strings(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return ["0.01"] * repeats
-
-
-def _dict(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return {"median": 0.01}
-
-
-def _bools(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return [True] * repeats
-
-
-def _nested(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
-    return [[0.01]] * repeats
-
-
-JUNK = [None, "time_step", 42, lambda: None, lambda a: a, _raises, _loops_forever, _nan, _strings, _dict, _bools,
-        _nested, print]
-
-
-@pytest.mark.parametrize("junk", JUNK, ids=range(len(JUNK)))
-def test_junk_never_raises(junk):
-    result = check_time_step(junk)
-    assert not result.passed
-    assert result.status in ("failed", "not done")
-    assert result.message
-
-
-def test_junk_messages_are_specific():
-    assert "None" in check_time_step(None).message
-    assert "ZeroDivisionError" in check_time_step(_raises).message
-    assert "more than" in check_time_step(_loops_forever).message
-    assert "NaN" in check_time_step(_nan).message
-    assert "str" in check_time_step(_strings).message
-
-
-def test_checker_restores_torch_cuda_synchronize():
-    original = torch.cuda.synchronize
-    check_time_step(uses_cuda_synchronize)
-    check_time_step(_raises)
-    assert torch.cuda.synchronize is original
-
-
-# ----------------------------------------------------------------------------- the simulated device
-
-
-def test_fake_device_is_asynchronous():
-    device = FakeDevice([0.5, 0.1])
-    device.step()
-    assert device.clock() < 0.01  # the call returned before the work finished
-    device.sync()
-    assert device.clock() == pytest.approx(0.5, abs=1e-5)
-    start = device.clock()
-    device.step()
-    device.sync()
-    assert device.clock() - start == pytest.approx(0.1, abs=1e-5)
-
-
-def test_scenarios_have_slow_first_calls():
-    for warmup, _repeats, costs in SCENARIOS:
-        if warmup:
-            assert costs[0] > 2 * costs[warmup]
-
 
 # ----------------------------------------------------------------------------- measure and friends
 
@@ -387,7 +93,8 @@ def test_item_overhead_alternates_rounds():
 
     without, with_item = benchmark.item_overhead(step, device="cpu", steps=2, rounds=2)
     assert len(without) == len(with_item) == 2
-    # warm-up (step, step+item), then rounds: [step step] [step item step item] [step step] [step item step item]
+    # warm-up (step, step+item), then rounds:
+    # [step step] [step item step item] [step step] [step item step item]
     rounds = log[3:]
     assert rounds == ["step", "step", "step", "item", "step", "item"] * 2
     short = benchmark.item_overhead(lambda: time.sleep(0.01) or Loss(), device="cpu", steps=1, rounds=50,
@@ -407,7 +114,7 @@ def test_cpu_threads_restores():
             pass
 
 
-# ----------------------------------------------------------------------------- generated conclusions (synthetic numbers)
+# ----------------------------------------------------------------------------- generated conclusions
 
 
 def _m(label, median, jitter=0.02):
@@ -434,7 +141,8 @@ def test_conclusions_say_slower_on_a_cpu_without_bf16():
 def test_conclusions_faster_on_gpu_and_cpu_with_bf16():
     gpu = benchmark.conclusions([_m("FP32", 0.010), _m("BF16 autocast", 0.004)], device_type="cuda")
     assert "faster" in gpu and "Tensor Cores" in gpu and "measured speed-up" in gpu
-    cpu = benchmark.conclusions([_m("FP32", 0.010), _m("BF16 autocast", 0.004)], device_type="cpu", native_bf16=True)
+    cpu = benchmark.conclusions([_m("FP32", 0.010), _m("BF16 autocast", 0.004)], device_type="cpu",
+                                native_bf16=True)
     assert "has BF16 instructions" in cpu
     slow_gpu = benchmark.conclusions([_m("FP32", 0.010), _m("FP16 autocast", 0.02)], device_type="cuda")
     assert "too small" in slow_gpu
@@ -500,8 +208,8 @@ def test_timing_mlp_shapes(small):
 
 def test_saved_tensor_report_fp32_vs_bf16(small):
     model, loss_fn, x, y = small
-    fp32 = benchmark.saved_tensor_report(model, loss_fn, x, y)
-    bf16 = benchmark.saved_tensor_report(model, loss_fn, x, y, dtype=torch.bfloat16)
+    fp32 = memory.saved_tensor_report(model, loss_fn, x, y)
+    bf16 = memory.saved_tensor_report(model, loss_fn, x, y, dtype=torch.bfloat16)
     kinds32 = set(fp32["kind"])
     assert "weight copy cast by autocast" not in kinds32 and "parameter (FP32 master)" in kinds32
     copies = bf16[bf16["kind"] == "weight copy cast by autocast"]
@@ -517,42 +225,42 @@ def test_state_breakdown_and_conclusion(small):
     optimizer = torch.optim.Adam(model.parameters())
     loss_fn(model(x), y).backward()
     optimizer.step()
-    state = benchmark.state_bytes(model, optimizer)
+    state = memory.state_bytes(model, optimizer)
     n = sum(p.numel() for p in model.parameters())
     assert state == {"weights": 4 * n, "gradients": 4 * n, "optimizer state": 8 * n}
-    saved = {"FP32": benchmark.saved_tensor_report(model, loss_fn, x, y),
-             "BF16": benchmark.saved_tensor_report(model, loss_fn, x, y, dtype=torch.bfloat16)}
-    table = benchmark.memory_breakdown(state, saved)
+    saved = {"FP32": memory.saved_tensor_report(model, loss_fn, x, y),
+             "BF16": memory.saved_tensor_report(model, loss_fn, x, y, dtype=torch.bfloat16)}
+    table = memory.memory_breakdown(state, saved)
     assert table.at["weights", "FP32"] == table.at["weights", "BF16"]
     assert table.at["total", "BF16"] > 0.5 * table.at["total", "FP32"]
-    text = benchmark.memory_conclusion(table)
+    text = memory.memory_conclusion(table)
     assert "BF16: activations saved for backward are" in text and "keeps them in FP32" in text
-    assert isinstance(benchmark.plot_memory(table), matplotlib.figure.Figure)
+    assert isinstance(memory.plot_memory(table), matplotlib.figure.Figure)
     model.zero_grad(set_to_none=True)
 
 
 def test_memory_by_batch_ratio_falls_but_stays_above_half(small):
     model, loss_fn, _, _ = small
-    state = benchmark.state_bytes(model)
-    frame = benchmark.memory_by_batch(model, loss_fn, state, batch_sizes=[3, 48, 768], in_features=32, classes=5,
+    state = memory.state_bytes(model)
+    frame = memory.memory_by_batch(model, loss_fn, state, batch_sizes=[3, 48, 768], in_features=32, classes=5,
                                       dtype=torch.bfloat16, device="cpu")
     ratios = list(frame["AMP / FP32"])
     assert ratios[0] > ratios[-1] > 0.5
-    text = benchmark.memory_by_batch_conclusion(frame)
+    text = memory.memory_by_batch_conclusion(frame)
     assert "No batch reached one half" in text
-    assert isinstance(benchmark.plot_memory_by_batch(frame), matplotlib.figure.Figure)
+    assert isinstance(memory.plot_memory_by_batch(frame), matplotlib.figure.Figure)
 
 
 def test_memory_by_batch_conclusion_branches():
     import pandas as pd
 
     frame = pd.DataFrame({"AMP / FP32": [1.05, 0.8, 0.45]}, index=pd.Index([8, 64, 512], name="batch"))
-    text = benchmark.memory_by_batch_conclusion(frame)
+    text = memory.memory_by_batch_conclusion(frame)
     assert "MORE memory" in text and "went down to 0.45" in text
 
 
 def test_process_rss_and_platform_note(monkeypatch):
-    rss = benchmark.process_peak_rss_bytes()
+    rss = memory.process_peak_rss_bytes()
     assert rss is None or rss > 10 * 2**20
     monkeypatch.setattr(torch.version, "hip", "6.2.0", raising=False)
     assert "ROCm build" in benchmark.platform_note()

@@ -1,34 +1,21 @@
-"""Lesson 05: the first-non-finite finder, op-dtype recorder, skipped-update helpers, models and checkers."""
+"""Lesson 05 helpers: the first-non-finite finder and its report, the op-dtype recorder, skipped updates,
+the models.
+
+The checkers' tests (05.1, 05.2) are in tests/checks/test_l05_debugging.py."""
 
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from notebook_code import exercise, solution
 from torch import nn
 
-from amp_lessons.autocast_state import OpDtypeRecorder, autocast_enabled
-from amp_lessons.checks.harness import NOT_DONE
-from amp_lessons.checks.l05_debugging import (
-    _finder_cases,
-    check_first_nonfinite_module,
-    check_texture_forward,
-)
-from amp_lessons.debugging import (
-    NonFiniteReport,
-    find_first_nonfinite,
-    hook_count,
-    plot_checkpoints,
-    plot_scale_history,
-    scale_history_table,
-    skip_verdict,
-    tensor_stats,
-)
+from amp_lessons.autocast_state import OpDtypeRecorder
+from amp_lessons.debugging import find_first_nonfinite, hook_count
 from amp_lessons.environment import one_cpu_thread
 from amp_lessons.models import TextureNet, TinyAttentionClassifier, attention_batch, texture_batch
-
-LESSON = "05_nan_debugging.ipynb"
+from amp_lessons.nonfinite_report import NonFiniteReport, plot_probes, tensor_stats
+from amp_lessons.skipped_updates import plot_scale_history, scale_history_table, skip_verdict
 
 
 class FP32ScoreProduct(nn.Module):
@@ -38,10 +25,11 @@ class FP32ScoreProduct(nn.Module):
 
 
 def _step_parts(model, init_scale=2.0**16):
-    return model, torch.optim.SGD(model.parameters(), lr=1e-3), torch.amp.GradScaler("cpu", init_scale=init_scale)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    return model, optimizer, torch.amp.GradScaler("cpu", init_scale=init_scale)
 
 
-# ----------------------------------------------------------------------------------------------- models
+# ----------------------------------------------------------------------------------------------------- models
 
 
 def test_attention_model_overflows_in_fp16_only():
@@ -86,7 +74,7 @@ def test_texture_net_overflows_in_fp16_only(seed):
             assert not torch.isfinite(model(x)).all()
 
 
-# ----------------------------------------------------------------------------------------------- finder
+# ----------------------------------------------------------------------------------------------------- finder
 
 
 def test_finder_names_the_overflowing_module_output():
@@ -103,7 +91,7 @@ def test_finder_names_the_overflowing_module_output():
     assert "scores" in str(report) and "65504" in report.explanation()
     assert "ScoreProduct" in report._repr_html_()
     table = report.table()
-    assert list(table.index) == list(range(1, len(report.checkpoints) + 1))
+    assert list(table.index) == list(range(1, len(report.probes) + 1))
     assert len(report.table(upto_first=True)) == report.first.order
 
 
@@ -145,7 +133,7 @@ def test_finder_blames_a_container_only_after_its_children():
     report = find_first_nonfinite(model, optimizer, scaler, F.mse_loss, x, y)
     assert report.first.kind == "module output" and report.name == "(model)" and not report.first.leaf
     assert "own forward code" in report.explanation()
-    assert report.checkpoint("forward", "fc").finite
+    assert report.probe("forward", "fc").finite
 
 
 def test_finder_reports_a_nonfinite_loss_and_the_damage_without_scaler():
@@ -159,7 +147,7 @@ def test_finder_reports_a_nonfinite_loss_and_the_damage_without_scaler():
     report = find_first_nonfinite(model, optimizer, None, broken_loss, torch.randn(4, 3), torch.randn(4, 2))
     assert report.stage == "loss" and report.first.posinf == 1
     assert report.skipped is None and not report.scaler_enabled
-    assert report.checkpoints[-1].stage == "update" and not report.checkpoints[-1].finite
+    assert report.probes[-1].stage == "update" and not report.probes[-1].finite
 
 
 def test_finite_loss_but_nonfinite_gradient():
@@ -169,11 +157,11 @@ def test_finite_loss_but_nonfinite_gradient():
     model, optimizer, scaler = _step_parts(model, init_scale=2.0**20)
     report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, x, y)
     assert report.stage == "backward" and math.isfinite(report.loss)
-    assert all(c.finite for c in report.checkpoints if c.stage in ("input", "forward", "loss"))
+    assert all(c.finite for c in report.probes if c.stage in ("input", "forward", "loss"))
     assert report.skipped and "finite loss does not guarantee" in report.explanation()
-    orders = [c.order for c in report.checkpoints]
+    orders = [c.order for c in report.probes]
     assert orders == sorted(orders)
-    stages = [c.stage for c in report.checkpoints]
+    stages = [c.stage for c in report.probes]
     assert stages.index("backward") > stages.index("loss")
 
 
@@ -181,15 +169,15 @@ def test_all_finite_step_updates_the_model():
     torch.manual_seed(0)
     model, optimizer, scaler = _step_parts(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), 2.0**4)
     before = [p.detach().clone() for p in model.parameters()]
-    report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, torch.randn(6, 3), torch.randint(0, 2, (6,)),
-                                  dtype=torch.bfloat16)
+    report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, torch.randn(6, 3),
+                                  torch.randint(0, 2, (6,)), dtype=torch.bfloat16)
     assert not report.found and report.first is None and report.stage is None
-    assert report.skipped is False and "Every checkpoint is finite" in str(report)
+    assert report.skipped is False and "Every probe is finite" in str(report)
     assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
-    # the Sequential returns its last child's tensor: one checkpoint, noted as also the model's output
-    last = report.checkpoint("forward", "2")
+    # the Sequential returns its last child's tensor: one probe, noted as also the model's output
+    last = report.probe("forward", "2")
     assert "also the output of `(model)`" in last.note
-    assert report.checkpoint("forward", "(model)") is None
+    assert report.probe("forward", "(model)") is None
 
 
 class _Explodes(nn.Module):
@@ -238,7 +226,7 @@ def test_finder_rejects_bad_arguments_clearly():
     with pytest.raises(TypeError):
         tensor_stats([1.0])
     with pytest.raises(TypeError):
-        plot_checkpoints("report")
+        plot_probes("report")
 
 
 def test_custom_step_is_used():
@@ -264,16 +252,31 @@ def test_tensor_stats():
     assert tensor_stats(torch.tensor([1, -5]))["max_abs"] == 5.0
 
 
-def test_plot_checkpoints_draws_one_bar_per_checkpoint():
+def test_plot_probes_draws_one_bar_per_probe():
     x, y, _ = attention_batch(n=8)
     model, optimizer, scaler = _step_parts(TinyAttentionClassifier(seed=0))
     report = find_first_nonfinite(model, optimizer, scaler, F.cross_entropy, x, y)
-    figure = plot_checkpoints(report)
-    shown = [c for c in report.checkpoints if c.stage in ("input", "forward", "loss")]
+    figure = plot_probes(report)
+    shown = [c for c in report.probes if c.stage in ("input", "forward", "loss")]
     assert len(figure.axes[0].patches) == len(shown)
 
 
-# ----------------------------------------------------------------------------------------------- op dtypes
+class _ScaleInPlace(nn.Module):
+    def forward(self, x):
+        return x.mul_(1e30)
+
+
+def test_finder_sees_a_tensor_made_nonfinite_in_place():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), _ScaleInPlace())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = find_first_nonfinite(model, optimizer, None, lambda out, t: out.float().sum(),
+                                  torch.randn(2, 3) * 1e10, None, dtype=torch.bfloat16)
+    assert report.name == "1" and "in place" in report.first.note
+    assert report.probe("forward", "0").finite
+
+
+# -------------------------------------------------------------------------------------------------- op dtypes
 
 
 def test_op_dtype_recorder_sees_the_precision_each_op_ran_in():
@@ -290,7 +293,7 @@ def test_op_dtype_recorder_sees_the_precision_each_op_ran_in():
     assert {"name", "output_dtype"} <= set(ops.table().columns)
 
 
-# ----------------------------------------------------------------------------------------------- skipped updates
+# -------------------------------------------------------------------------------------------- skipped updates
 
 
 def test_scale_history_table_counts_skips_and_reads_them():
@@ -346,321 +349,3 @@ def test_one_cpu_thread_restores():
     with one_cpu_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-
-
-# ----------------------------------------------------------------------------------------------- checker 05.1
-
-
-def test_finder_cases_overflow_only_in_fp16():
-    from amp_lessons.checks.l05_debugging import _first, _outputs_in_finish_order
-
-    for label, model, inputs, expected in _finder_cases():
-        assert _first(_outputs_in_finish_order(model, inputs, torch.float16)) == expected, label
-        if torch.isfinite(inputs).all():
-            assert _first(_outputs_in_finish_order(model, inputs, torch.float16, autocast=False)) is None, label
-
-
-def test_finder_solution_passes():
-    result = check_first_nonfinite_module(solution(LESSON, "first_nonfinite_module"))
-    assert result.passed, result.message
-
-
-def test_finder_exercise_is_not_done():
-    assert check_first_nonfinite_module(exercise(LESSON, "first_nonfinite_module")).status == NOT_DONE
-
-
-def _hooked_run(model, inputs, dtype, *, names=None, autocast=True, remove=True):
-    """Record (name, output) in finish order, the way learners write it (helper for the wrong answers)."""
-    seen = []
-    pairs = names if names is not None else list(model.named_modules())
-    handles = [m.register_forward_hook(lambda mod, a, out, n=n: seen.append((n, out))) for n, m in pairs]
-    try:
-        with torch.no_grad(), torch.autocast(device_type="cpu", dtype=dtype, enabled=autocast):
-            model(inputs)
-    finally:
-        if remove:
-            for handle in handles:
-                handle.remove()
-    return seen
-
-
-def _first_bad(seen, test=lambda t: not torch.isfinite(t).all()):
-    return next((n for n, out in seen if test(out)), None)
-
-
-def finder_without_autocast(model, inputs, dtype):
-    return _first_bad(_hooked_run(model, inputs, dtype, autocast=False))
-
-
-def finder_last_leaf(model, inputs, dtype):
-    leaves = [(n, m) for n, m in model.named_modules() if next(m.children(), None) is None]
-    bad = [n for n, out in _hooked_run(model, inputs, dtype, names=leaves) if not torch.isfinite(out).all()]
-    return bad[-1] if bad else None
-
-
-def finder_last_including_root(model, inputs, dtype):
-    bad = [n for n, out in _hooked_run(model, inputs, dtype) if not torch.isfinite(out).all()]
-    return bad[-1] if bad else None
-
-
-def finder_nan_only(model, inputs, dtype):
-    return _first_bad(_hooked_run(model, inputs, dtype), test=lambda t: torch.isnan(t).any())
-
-
-def finder_inf_only(model, inputs, dtype):
-    return _first_bad(_hooked_run(model, inputs, dtype), test=lambda t: torch.isinf(t).any())
-
-
-def finder_top_level(model, inputs, dtype):
-    return _first_bad(_hooked_run(model, inputs, dtype, names=list(model.named_children())))
-
-
-def finder_definition_order(model, inputs, dtype):
-    outputs = dict(_hooked_run(model, inputs, dtype))
-    return next((n for n, _ in model.named_modules() if n and not torch.isfinite(outputs[n]).all()), None)
-
-
-def finder_definition_order_with_root(model, inputs, dtype):
-    outputs = dict(_hooked_run(model, inputs, dtype))
-    return next((n for n, _ in model.named_modules() if not torch.isfinite(outputs[n]).all()), None)
-
-
-def finder_keeps_hooks(model, inputs, dtype):
-    return _first_bad(_hooked_run(model, inputs, dtype, remove=False))
-
-
-def finder_halves_the_model(model, inputs, dtype):
-    model.half()
-    seen = _hooked_run(model, inputs.half(), dtype, autocast=False)
-    return _first_bad(seen)
-
-
-def finder_returns_module(model, inputs, dtype):
-    name = _first_bad(_hooked_run(model, inputs, dtype))
-    return None if name is None else model.get_submodule(name)
-
-
-def finder_empty_string_when_finite(model, inputs, dtype):
-    return _first_bad(_hooked_run(model, inputs, dtype)) or ""
-
-
-@pytest.mark.parametrize(
-    "wrong, expected",
-    [
-        (finder_without_autocast, "without autocast"),
-        (finder_last_leaf, "LAST module"),
-        (finder_nan_only, "NaN only"),
-        (finder_top_level, "top-level children"),
-        (finder_inf_only, "inf only"),
-        (finder_definition_order, "order they are DEFINED"),
-        (finder_definition_order_with_root, "lists the model itself first"),
-        (finder_last_including_root, "fires LAST"),
-        (finder_keeps_hooks, "left 6 hook(s)"),
-        (finder_halves_the_model, "changed the model"),
-        (finder_returns_module, "returned a module object"),
-        (finder_empty_string_when_finite, "the answer is None"),
-    ],
-)
-def test_finder_wrong_answers_are_named(wrong, expected):
-    result = check_first_nonfinite_module(wrong)
-    assert not result.passed and result.status == "failed"
-    assert expected in result.message, result.message
-
-
-def _raises(model, inputs, dtype):
-    raise KeyError("oops")
-
-
-@pytest.mark.parametrize(
-    "junk, expected",
-    [
-        (None, "got None"),
-        ("first_nonfinite_module", "got a str"),
-        (lambda model: None, "signature"),
-        (_raises, "KeyError"),
-        (lambda model, inputs, dtype: float("nan"), "returned a float"),
-        (lambda model, inputs, dtype: 3, "returned a int"),
-        (lambda model, inputs, dtype: "no such module", "you returned 'no such module'"),
-    ],
-)
-def test_finder_checker_never_raises_on_junk(junk, expected):
-    result = check_first_nonfinite_module(junk)
-    assert not result.passed and result.status == "failed"
-    assert expected in result.message, result.message
-
-
-# ----------------------------------------------------------------------------------------------- checker 05.2
-
-
-def test_texture_solution_passes():
-    result = check_texture_forward(solution(LESSON, "texture_forward"))
-    assert result.passed, result.message
-
-
-def test_texture_exercise_is_not_done():
-    assert check_texture_forward(exercise(LESSON, "texture_forward")).status == NOT_DONE
-
-
-def texture_unfixed(model, x):
-    h = model.features(x)
-    return model.head((h.transpose(1, 2) @ h / h.shape[1]).flatten(1))
-
-
-def texture_everything_fp32(model, x):
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        h = model.features(x.float())
-        gram = h.transpose(1, 2) @ h / h.shape[1]
-        return model.head(gram.flatten(1))
-
-
-def texture_forgot_cast(model, x):
-    h = model.features(x)
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        gram = h.transpose(1, 2) @ h
-    return model.head((gram / h.shape[1]).flatten(1))
-
-
-def texture_cast_one_side(model, x):
-    h = model.features(x)
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        gram = h.float().transpose(1, 2) @ h
-    return model.head((gram / h.shape[1]).flatten(1))
-
-
-def texture_nan_to_num(model, x):
-    h = model.features(x)
-    gram = torch.nan_to_num(h.transpose(1, 2) @ h)
-    return model.head((gram / h.shape[1]).flatten(1))
-
-
-def texture_clamp(model, x):
-    h = model.features(x)
-    gram = (h.transpose(1, 2) @ h).clamp(max=65504)
-    return model.head((gram / h.shape[1]).flatten(1))
-
-
-def texture_wrong_op(model, x):
-    h = model.features(x)
-    gram = h.transpose(1, 2) @ h / h.shape[1]
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        return model.head(gram.float().flatten(1))
-
-
-def texture_cast_after(model, x):
-    h = model.features(x)
-    gram = (h.transpose(1, 2) @ h).float()
-    return model.head((gram / h.shape[1]).flatten(1))
-
-
-def texture_bfloat16(model, x):
-    h = model.features(x)
-    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
-        gram = h.transpose(1, 2) @ h
-    return model.head((gram / h.shape[1]).flatten(1))
-
-
-def texture_prescaled(model, x):
-    h = model.features(x) / h_scale(x)
-    return model.head((h.transpose(1, 2) @ h).flatten(1))
-
-
-def h_scale(x):
-    return x.shape[1] ** 0.5
-
-
-def texture_too_wide(model, x):
-    h = model.features(x)
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        gram = h.float().transpose(1, 2) @ h.float()
-        return model.head((gram / h.shape[1]).flatten(1))
-
-
-def texture_forgot_division(model, x):
-    h = model.features(x)
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        gram = h.float().transpose(1, 2) @ h.float()
-    return model.head(gram.flatten(1))
-
-
-def texture_returns_gram(model, x):
-    h = model.features(x)
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        return h.float().transpose(1, 2) @ h.float()
-
-
-def texture_switches_autocast_off(model, x):
-    try:
-        torch.set_autocast_enabled("cpu", False)
-    except TypeError:  # torch < 2.4
-        torch.set_autocast_cpu_enabled(False)
-    return texture_too_wide(model, x)
-
-
-@pytest.mark.parametrize(
-    "wrong, expected",
-    [
-        (texture_unfixed, "Nothing was fixed"),
-        (texture_everything_fp32, "whole forward ran in float32"),
-        (texture_forgot_cast, "inputs are still float16"),
-        (texture_cast_one_side, "Cast BOTH operands"),
-        (texture_nan_to_num, "(nan_to_num)"),
-        (texture_clamp, "(clamp)"),
-        (texture_wrong_op, "wrong op"),
-        (texture_cast_after, "AFTER the product"),
-        (texture_bfloat16, "only 8 significant bits"),
-        (texture_prescaled, "rescale"),
-        (texture_too_wide, "wider than needed"),
-        (texture_forgot_division, "does not reproduce TextureNet.forward"),
-        (texture_returns_gram, "returned shape"),
-        (texture_switches_autocast_off, "switched off for the caller"),
-    ],
-)
-def test_texture_wrong_answers_are_named(wrong, expected):
-    result = check_texture_forward(wrong)
-    assert not result.passed and result.status == "failed"
-    assert expected in result.message, result.message
-
-
-def _texture_raises(model, x):
-    return model.nonexistent(x)
-
-
-@pytest.mark.parametrize(
-    "junk, expected",
-    [
-        (None, "got None"),
-        (42, "got a int"),
-        (lambda model: 1, "signature"),
-        (_texture_raises, "AttributeError"),
-        (lambda model, x: None, "returned a NoneType"),
-        (lambda model, x: float("nan"), "returned a float"),
-        (lambda model, x: torch.full((8, 3), float("nan")), "does not reproduce"),
-        (lambda model, x: torch.zeros(8, 3, dtype=torch.int64), "does not reproduce"),
-        (lambda model, x: torch.zeros(2), "returned shape"),
-    ],
-)
-def test_texture_checker_never_raises_on_junk(junk, expected):
-    result = check_texture_forward(junk)
-    assert not result.passed and result.status == "failed"
-    assert expected in result.message, result.message
-
-
-def test_checkers_leave_autocast_off():
-    check_texture_forward(texture_switches_autocast_off)
-    check_first_nonfinite_module(finder_without_autocast)
-    assert not autocast_enabled("cpu")
-
-
-class _ScaleInPlace(nn.Module):
-    def forward(self, x):
-        return x.mul_(1e30)
-
-
-def test_finder_sees_a_tensor_made_nonfinite_in_place():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 3), _ScaleInPlace())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    report = find_first_nonfinite(model, optimizer, None, lambda out, t: out.float().sum(), torch.randn(2, 3) * 1e10,
-                                  None, dtype=torch.bfloat16)
-    assert report.name == "1" and "in place" in report.first.note
-    assert report.checkpoint("forward", "0").finite

@@ -1,0 +1,319 @@
+"""Lesson 05's checkers: the solutions pass, the stubs are "not done", each known mistake is named."""
+
+import pytest
+import torch
+from notebook_code import exercise, solution
+
+from amp_lessons.autocast_state import autocast_enabled
+from amp_lessons.checks.harness import NOT_DONE
+from amp_lessons.checks.l05_debugging import (
+    _finder_cases,
+    check_first_nonfinite_module,
+    check_texture_forward,
+)
+
+LESSON = "05_nan_debugging.ipynb"
+
+
+# ----------------------------------------------------------------------------------------------- checker 05.1
+
+
+def test_finder_cases_overflow_only_in_fp16():
+    from amp_lessons.checks.l05_debugging import _first, _outputs_in_finish_order
+
+    for label, model, inputs, expected in _finder_cases():
+        assert _first(_outputs_in_finish_order(model, inputs, torch.float16)) == expected, label
+        if torch.isfinite(inputs).all():
+            unscaled = _outputs_in_finish_order(model, inputs, torch.float16, autocast=False)
+            assert _first(unscaled) is None, label
+
+
+def test_finder_solution_passes():
+    result = check_first_nonfinite_module(solution(LESSON, "first_nonfinite_module"))
+    assert result.passed, result.message
+
+
+def test_finder_exercise_is_not_done():
+    assert check_first_nonfinite_module(exercise(LESSON, "first_nonfinite_module")).status == NOT_DONE
+
+
+def _hooked_run(model, inputs, dtype, *, names=None, autocast=True, remove=True):
+    """Record (name, output) in finish order, the way learners write it (helper for the wrong answers)."""
+    seen = []
+    pairs = names if names is not None else list(model.named_modules())
+    handles = [m.register_forward_hook(lambda mod, a, out, n=n: seen.append((n, out))) for n, m in pairs]
+    try:
+        with torch.no_grad(), torch.autocast(device_type="cpu", dtype=dtype, enabled=autocast):
+            model(inputs)
+    finally:
+        if remove:
+            for handle in handles:
+                handle.remove()
+    return seen
+
+
+def _first_bad(seen, test=lambda t: not torch.isfinite(t).all()):
+    return next((n for n, out in seen if test(out)), None)
+
+
+def finder_without_autocast(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype, autocast=False))
+
+
+def finder_last_leaf(model, inputs, dtype):
+    leaves = [(n, m) for n, m in model.named_modules() if next(m.children(), None) is None]
+    bad = [n for n, out in _hooked_run(model, inputs, dtype, names=leaves) if not torch.isfinite(out).all()]
+    return bad[-1] if bad else None
+
+
+def finder_last_including_root(model, inputs, dtype):
+    bad = [n for n, out in _hooked_run(model, inputs, dtype) if not torch.isfinite(out).all()]
+    return bad[-1] if bad else None
+
+
+def finder_nan_only(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype), test=lambda t: torch.isnan(t).any())
+
+
+def finder_inf_only(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype), test=lambda t: torch.isinf(t).any())
+
+
+def finder_top_level(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype, names=list(model.named_children())))
+
+
+def finder_definition_order(model, inputs, dtype):
+    outputs = dict(_hooked_run(model, inputs, dtype))
+    return next((n for n, _ in model.named_modules() if n and not torch.isfinite(outputs[n]).all()), None)
+
+
+def finder_definition_order_with_root(model, inputs, dtype):
+    outputs = dict(_hooked_run(model, inputs, dtype))
+    return next((n for n, _ in model.named_modules() if not torch.isfinite(outputs[n]).all()), None)
+
+
+def finder_keeps_hooks(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype, remove=False))
+
+
+def finder_halves_the_model(model, inputs, dtype):
+    model.half()
+    seen = _hooked_run(model, inputs.half(), dtype, autocast=False)
+    return _first_bad(seen)
+
+
+def finder_returns_module(model, inputs, dtype):
+    name = _first_bad(_hooked_run(model, inputs, dtype))
+    return None if name is None else model.get_submodule(name)
+
+
+def finder_empty_string_when_finite(model, inputs, dtype):
+    return _first_bad(_hooked_run(model, inputs, dtype)) or ""
+
+
+@pytest.mark.parametrize(
+    "wrong, expected",
+    [
+        (finder_without_autocast, "without autocast"),
+        (finder_last_leaf, "LAST module"),
+        (finder_nan_only, "NaN only"),
+        (finder_top_level, "top-level children"),
+        (finder_inf_only, "inf only"),
+        (finder_definition_order, "order they are DEFINED"),
+        (finder_definition_order_with_root, "lists the model itself first"),
+        (finder_last_including_root, "fires LAST"),
+        (finder_keeps_hooks, "left 6 hook(s)"),
+        (finder_halves_the_model, "changed the model"),
+        (finder_returns_module, "returned a module object"),
+        (finder_empty_string_when_finite, "the answer is None"),
+    ],
+)
+def test_finder_wrong_answers_are_named(wrong, expected):
+    result = check_first_nonfinite_module(wrong)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+def _raises(model, inputs, dtype):
+    raise KeyError("oops")
+
+
+@pytest.mark.parametrize(
+    "junk, expected",
+    [
+        (None, "got None"),
+        ("first_nonfinite_module", "got a str"),
+        (lambda model: None, "signature"),
+        (_raises, "KeyError"),
+        (lambda model, inputs, dtype: float("nan"), "returned a float"),
+        (lambda model, inputs, dtype: 3, "returned a int"),
+        (lambda model, inputs, dtype: "no such module", "you returned 'no such module'"),
+    ],
+)
+def test_finder_checker_never_raises_on_junk(junk, expected):
+    result = check_first_nonfinite_module(junk)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+# ----------------------------------------------------------------------------------------------- checker 05.2
+
+
+def test_texture_solution_passes():
+    result = check_texture_forward(solution(LESSON, "texture_forward"))
+    assert result.passed, result.message
+
+
+def test_texture_exercise_is_not_done():
+    assert check_texture_forward(exercise(LESSON, "texture_forward")).status == NOT_DONE
+
+
+def texture_unfixed(model, x):
+    h = model.features(x)
+    return model.head((h.transpose(1, 2) @ h / h.shape[1]).flatten(1))
+
+
+def texture_everything_fp32(model, x):
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        h = model.features(x.float())
+        gram = h.transpose(1, 2) @ h / h.shape[1]
+        return model.head(gram.flatten(1))
+
+
+def texture_forgot_cast(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.transpose(1, 2) @ h
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_cast_one_side(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.float().transpose(1, 2) @ h
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_nan_to_num(model, x):
+    h = model.features(x)
+    gram = torch.nan_to_num(h.transpose(1, 2) @ h)
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_clamp(model, x):
+    h = model.features(x)
+    gram = (h.transpose(1, 2) @ h).clamp(max=65504)
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_wrong_op(model, x):
+    h = model.features(x)
+    gram = h.transpose(1, 2) @ h / h.shape[1]
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return model.head(gram.float().flatten(1))
+
+
+def texture_cast_after(model, x):
+    h = model.features(x)
+    gram = (h.transpose(1, 2) @ h).float()
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_bfloat16(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+        gram = h.transpose(1, 2) @ h
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_prescaled(model, x):
+    h = model.features(x) / h_scale(x)
+    return model.head((h.transpose(1, 2) @ h).flatten(1))
+
+
+def h_scale(x):
+    return x.shape[1] ** 0.5
+
+
+def texture_too_wide(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.float().transpose(1, 2) @ h.float()
+        return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_forgot_division(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.float().transpose(1, 2) @ h.float()
+    return model.head(gram.flatten(1))
+
+
+def texture_returns_gram(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return h.float().transpose(1, 2) @ h.float()
+
+
+def texture_switches_autocast_off(model, x):
+    try:
+        torch.set_autocast_enabled("cpu", False)
+    except TypeError:  # torch < 2.4
+        torch.set_autocast_cpu_enabled(False)
+    return texture_too_wide(model, x)
+
+
+@pytest.mark.parametrize(
+    "wrong, expected",
+    [
+        (texture_unfixed, "Nothing was fixed"),
+        (texture_everything_fp32, "whole forward ran in float32"),
+        (texture_forgot_cast, "inputs are still float16"),
+        (texture_cast_one_side, "Cast BOTH operands"),
+        (texture_nan_to_num, "(nan_to_num)"),
+        (texture_clamp, "(clamp)"),
+        (texture_wrong_op, "wrong op"),
+        (texture_cast_after, "AFTER the product"),
+        (texture_bfloat16, "only 8 significant bits"),
+        (texture_prescaled, "rescale"),
+        (texture_too_wide, "wider than needed"),
+        (texture_forgot_division, "does not reproduce TextureNet.forward"),
+        (texture_returns_gram, "returned shape"),
+        (texture_switches_autocast_off, "switched off for the caller"),
+    ],
+)
+def test_texture_wrong_answers_are_named(wrong, expected):
+    result = check_texture_forward(wrong)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+def _texture_raises(model, x):
+    return model.nonexistent(x)
+
+
+@pytest.mark.parametrize(
+    "junk, expected",
+    [
+        (None, "got None"),
+        (42, "got a int"),
+        (lambda model: 1, "signature"),
+        (_texture_raises, "AttributeError"),
+        (lambda model, x: None, "returned a NoneType"),
+        (lambda model, x: float("nan"), "returned a float"),
+        (lambda model, x: torch.full((8, 3), float("nan")), "does not reproduce"),
+        (lambda model, x: torch.zeros(8, 3, dtype=torch.int64), "does not reproduce"),
+        (lambda model, x: torch.zeros(2), "returned shape"),
+    ],
+)
+def test_texture_checker_never_raises_on_junk(junk, expected):
+    result = check_texture_forward(junk)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+def test_checkers_leave_autocast_off():
+    check_texture_forward(texture_switches_autocast_off)
+    check_first_nonfinite_module(finder_without_autocast)
+    assert not autocast_enabled("cpu")
