@@ -1,13 +1,14 @@
 """Lesson 01's checkers: storing a number in FP16/BF16 by hand, and predicting what kind of number it becomes.
 
-Both checkers compare the learner's answers with an oracle — real torch casts of float32 tensors — on probe values
-chosen to expose the classic mistakes: ties, values just above ``max``, subnormals, the underflow edge, NaN, inf
-and negative zero. Every probe value is a float32 number, so "round once to the format" and "what torch stores"
-are the same thing.
+Both checkers compare the learner's answers with an oracle — real torch casts of float32 tensors — on probe
+values chosen to expose the classic mistakes: ties, values just above ``max``, subnormals, the underflow edge,
+NaN, inf and negative zero. Every probe value is a float32 number, so "round once to the format" and "what
+torch stores" are the same thing.
 
-To name the mistake, each known wrong answer is written down as a model (e.g. "rounds ties away from zero",
-"flushes subnormals to zero", "saturates at max"). Among the values where the learner disagrees with the oracle,
-the checker counts how many each model reproduces and reports the model that explains the most of them.
+To name the mistake, each known wrong answer is written down as a rule (``Mistake``), most of them models
+(e.g. "rounds ties away from zero", "flushes subnormals to zero", "saturates at max"). Among the values where
+the learner disagrees with the oracle, ``best_mistake`` counts how many each rule reproduces, and the checker
+reports the one that explains the most of them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import numbers
 
 import torch
 
-from amp_lessons.checks.harness import call_learner, checker, failed, passed, stop
+from amp_lessons.checks.harness import as_number, call_learner, checker, failed, passed, stop
+from amp_lessons.checks.mistakes import Mistake, best_mistake
 from amp_lessons.formats import BFLOAT16, FLOAT16, KINDS, FloatFormat
 
 FORMATS_CHECKED = (FLOAT16, BFLOAT16)
@@ -29,16 +31,16 @@ def _f32(values) -> list[float]:
 
 
 def probe_values(fmt: FloatFormat) -> list[float]:
-    """Probe values for ``fmt``: exact values, plain rounding, ties, subnormals, overflow, specials, negatives."""
+    """Probe values for ``fmt``: exact, plain rounding, ties, subnormals, overflow, specials, negatives."""
     m, sub, normal, big = fmt.mantissa_bits, fmt.smallest_subnormal, fmt.smallest_normal, fmt.max
     half_tie = 2.0 ** -(m + 1)  # half the gap between 1 and the next number
     step_at_max = math.ldexp(1.0, fmt.emax - m)
     exact = [1.0, 0.5, 3.0, -2.0, big, normal, sub, 3 * sub, 0.0, -0.0]
     plain = [0.1, -0.1, 1 / 3, math.pi, -math.e, 7.77, 123.456, 1e-3, 1 + 0.7 * 2.0**-m, 1 + 0.3 * 2.0**-m]
-    ties = [1 + half_tie, 1 + 3 * half_tie, -(1 + 3 * half_tie), 4 * (1 + 5 * half_tie), 0.25 * (1 + 7 * half_tie),
-            2.0 ** (m + 1) + 1, 2.0 ** (m + 1) + 3, -(2.0 ** (m + 1) + 3)]
-    subnormal = [0.75 * sub, 0.5 * sub, 0.25 * sub, 1.5 * sub, 2.5 * sub, 3.3 * sub, 100.7 * sub, 0.5 * normal,
-                 normal - 0.25 * sub, -0.75 * sub, -0.25 * sub, -3.3 * sub]
+    ties = [1 + half_tie, 1 + 3 * half_tie, -(1 + 3 * half_tie), 4 * (1 + 5 * half_tie),
+            0.25 * (1 + 7 * half_tie), 2.0 ** (m + 1) + 1, 2.0 ** (m + 1) + 3, -(2.0 ** (m + 1) + 3)]
+    subnormal = [0.75 * sub, 0.5 * sub, 0.25 * sub, 1.5 * sub, 2.5 * sub, 3.3 * sub, 100.7 * sub,
+                 0.5 * normal, normal - 0.25 * sub, -0.75 * sub, -0.25 * sub, -3.3 * sub]
     overflow = [big + 0.25 * step_at_max, big + 0.45 * step_at_max, fmt.overflow_threshold,
                 -(big + 0.3 * step_at_max), 1.5 * big if fmt is FLOAT16 else 3.4e38]
     if fmt is FLOAT16:
@@ -103,8 +105,12 @@ def model_round(x: float, exponent_bits: int, mantissa_bits: int, *, rounding: s
     return -value if negative else value
 
 
-def _stored_value_mistakes(fmt: FloatFormat) -> list[tuple[str, object, str]]:
-    """(key, predicate(x, expected, got) -> bool, message) for every known wrong answer, in priority order."""
+def stored_value_mistakes(fmt: FloatFormat) -> tuple[Mistake, ...]:
+    """Every known wrong answer for ``fmt``, in priority order (the first wins a tie in how many it explains).
+
+    Each rule reads one mismatch ``(x, expected, got)``: the probe value, what torch stores, the learner's
+    value. Most rules are *models*: ``model_round`` with one mistake built in, replayed on ``x``.
+    """
     e, m = fmt.exponent_bits, fmt.mantissa_bits
     name = fmt.name
 
@@ -114,117 +120,99 @@ def _stored_value_mistakes(fmt: FloatFormat) -> list[tuple[str, object, str]]:
 
     sub, normal = fmt.smallest_subnormal, fmt.smallest_normal
     mistakes = [
-        ("nan", lambda x, expected, got: math.isnan(x) and not math.isnan(got),
-         "NaN must stay NaN: a NaN input is stored as NaN (check math.isnan(x) first; NaN compares False "
-         "with everything, so it slips through comparisons)."),
-        ("inf", lambda x, expected, got: math.isinf(x) and not same_float(got, x),
-         "+-inf must be stored as +-inf (math.frexp(inf) does not give an exponent; handle inf before rounding)."),
-        ("unchanged", lambda x, expected, got: same_float(got, x),
-         f"You returned x unchanged: {name} keeps only {m} mantissa bits, so most values must be rounded."),
-        ("negative zero", lambda x, expected, got: expected == 0 and math.copysign(1, expected) < 0
-         and got == 0 and math.copysign(1, got) > 0,
-         "Negative zero lost its sign: -0.0 (and a negative value that underflows) must come back as -0.0. "
-         "Use math.copysign(result, x) at the end."),
-        ("sign", model(keep_sign=False),
-         "The sign is lost: negative inputs came back positive. Round |x|, then put the sign back with "
-         "math.copysign(result, x)."),
-        ("truncation", model(rounding="trunc"),
-         f"You truncated (chopped off) the extra mantissa bits. Storing a number rounds it to the NEAREST "
-         f"{name} value, so e.g. 1 + 0.7*2^-{m} becomes 1 + 2^-{m}, not 1."),
-        ("ties away", model(rounding="away"),
-         f"Ties are rounded away from zero, but IEEE rounds ties to EVEN: 1 + 2^-{m + 1} lies exactly halfway "
-         f"between 1 and 1 + 2^-{m} and is stored as 1 (last mantissa bit 0). Python's round() does ties-to-even; "
-         "math.floor(q + 0.5) does not."),
-        ("flush", model(subnormals="flush"),
-         f"No subnormals: you flushed values below the smallest normal ({normal:.4g} = 2^{fmt.emin}) to zero. "
-         f"{name} keeps subnormals down to {sub:.4g} = 2^{fmt.emin - m}: clamp the exponent at {fmt.emin} "
-         f"and keep the (fewer) bits that remain."),
-        ("subnormal precision", model(subnormals="unbounded"),
-         f"Below the smallest normal ({normal:.4g} = 2^{fmt.emin}) the spacing stays 2^{fmt.emin - m}: subnormals "
-         f"have FEWER significant bits and tiny values underflow to 0. You kept full precision there; use "
-         f"exponent = max(exponent, {fmt.emin})."),
-        ("saturate", model(overflow="saturate"),
-         f"You saturated at max ({fmt.max:.6g}), but a value that rounds beyond max overflows to inf."),
-        ("overflow before rounding", model(overflow="before_rounding"),
-         f"You sent every |x| > max ({fmt.max:.6g}) to inf before rounding. Values between max and "
-         f"{fmt.overflow_threshold:.6g} (max + half a step) round DOWN to max; only |x| >= {fmt.overflow_threshold:.6g} "
-         "overflows. Round first, then check for overflow."),
+        Mistake("nan", lambda x, expected, got: math.isnan(x) and not math.isnan(got),
+                "NaN must stay NaN: a NaN input is stored as NaN (check math.isnan(x) first; NaN compares "
+                "False with everything, so it slips through comparisons)."),
+        Mistake("inf", lambda x, expected, got: math.isinf(x) and not same_float(got, x),
+                "+-inf must be stored as +-inf (math.frexp(inf) does not give an exponent; handle inf before "
+                "rounding)."),
+        Mistake("unchanged", lambda x, expected, got: same_float(got, x),
+                f"You returned x unchanged: {name} keeps only {m} mantissa bits, so most values must be "
+                "rounded."),
+        Mistake("negative zero", lambda x, expected, got: (expected == 0 and math.copysign(1, expected) < 0
+                                                          and got == 0 and math.copysign(1, got) > 0),
+                "Negative zero lost its sign: -0.0 (and a negative value that underflows) must come back as "
+                "-0.0. Use math.copysign(result, x) at the end."),
+        Mistake("sign", model(keep_sign=False),
+                "The sign is lost: negative inputs came back positive. Round |x|, then put the sign back "
+                "with math.copysign(result, x)."),
+        Mistake("truncation", model(rounding="trunc"),
+                "You truncated (chopped off) the extra mantissa bits. Storing a number rounds it to the "
+                f"NEAREST {name} value, so e.g. 1 + 0.7*2^-{m} becomes 1 + 2^-{m}, not 1."),
+        Mistake("ties away", model(rounding="away"),
+                f"Ties are rounded away from zero, but IEEE rounds ties to EVEN: 1 + 2^-{m + 1} lies exactly "
+                f"halfway between 1 and 1 + 2^-{m} and is stored as 1 (last mantissa bit 0). Python's "
+                "round() does ties-to-even; math.floor(q + 0.5) does not."),
+        Mistake("flush", model(subnormals="flush"),
+                f"No subnormals: you flushed values below the smallest normal ({normal:.4g} = 2^{fmt.emin}) "
+                f"to zero. {name} keeps subnormals down to {sub:.4g} = 2^{fmt.emin - m}: clamp the exponent "
+                f"at {fmt.emin} and keep the (fewer) bits that remain."),
+        Mistake("subnormal precision", model(subnormals="unbounded"),
+                f"Below the smallest normal ({normal:.4g} = 2^{fmt.emin}) the spacing stays "
+                f"2^{fmt.emin - m}: subnormals have FEWER significant bits and tiny values underflow to 0. "
+                f"You kept full precision there; use exponent = max(exponent, {fmt.emin})."),
+        Mistake("saturate", model(overflow="saturate"),
+                f"You saturated at max ({fmt.max:.6g}), but a value that rounds beyond max overflows to "
+                "inf."),
+        Mistake("overflow before rounding", model(overflow="before_rounding"),
+                f"You sent every |x| > max ({fmt.max:.6g}) to inf before rounding. Values between max and "
+                f"{fmt.overflow_threshold:.6g} (max + half a step) round DOWN to max; only |x| >= "
+                f"{fmt.overflow_threshold:.6g} overflows. Round first, then check for overflow."),
     ]
     if fmt is BFLOAT16:
         mistakes += [
-            ("float16 for bfloat16", model(e=5, m=10),
-             "You stored bfloat16 values as float16 (5 exponent bits, 10 mantissa bits). bfloat16 has 8 exponent "
-             "bits and 7 mantissa bits."),
-            ("mantissa bits", model(m=10),
-             "Wrong number of mantissa bits: you kept float16's 10 for bfloat16, which has only 7."),
-            ("exponent bits", model(e=5),
-             "Wrong exponent range: bfloat16 has float32's 8 exponent bits (max 3.39e38, smallest normal 1.18e-38); "
-             "you used float16's 5 (max 65504)."),
+            Mistake("float16 for bfloat16", model(e=5, m=10),
+                    "You stored bfloat16 values as float16 (5 exponent bits, 10 mantissa bits). bfloat16 has "
+                    "8 exponent bits and 7 mantissa bits."),
+            Mistake("mantissa bits", model(m=10),
+                    "Wrong number of mantissa bits: you kept float16's 10 for bfloat16, which has only 7."),
+            Mistake("exponent bits", model(e=5),
+                    "Wrong exponent range: bfloat16 has float32's 8 exponent bits (max 3.39e38, smallest "
+                    "normal 1.18e-38); you used float16's 5 (max 65504)."),
         ]
     else:
         mistakes += [
-            ("bfloat16 for float16", model(e=8, m=7),
-             "You stored float16 values with bfloat16's layout (8 exponent, 7 mantissa bits). float16 has 5 "
-             "exponent bits and 10 mantissa bits."),
+            Mistake("bfloat16 for float16", model(e=8, m=7),
+                    "You stored float16 values with bfloat16's layout (8 exponent, 7 mantissa bits). float16 "
+                    "has 5 exponent bits and 10 mantissa bits."),
         ]
     mistakes += [
-        ("mantissa off by one", lambda x, expected, got: any(
-            same_float(got, model_round(x, e, m + d)) for d in (-1, 1)),
-         f"Off by one in the mantissa: {name} stores {m} fraction bits after an implicit leading 1 "
-         f"({m + 1} significant bits), so the spacing above 1 is 2^-{m}."),
+        Mistake("mantissa off by one",
+                lambda x, expected, got: any(same_float(got, model_round(x, e, m + d)) for d in (-1, 1)),
+                f"Off by one in the mantissa: {name} stores {m} fraction bits after an implicit leading 1 "
+                f"({m + 1} significant bits), so the spacing above 1 is 2^-{m}."),
     ]
-    return mistakes
+    return tuple(mistakes)
 
 
 def _to_float(got, call: str) -> float:
     """The learner's return value as a float, or stop the check with what was wrong with it."""
-    if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_complex():
-        got = got.item()
-    elif hasattr(got, "dtype") and hasattr(got, "item") and getattr(got, "size", 0) == 1:  # NumPy scalar
-        got = got.item()
-    if isinstance(got, bool) or not isinstance(got, numbers.Real):
-        shown = repr(got)
-        shown = shown if len(shown) < 60 else shown[:57] + "..."
-        stop(f"{call} returned a {type(got).__name__} ({shown}); return the stored value as a Python float.")
-    try:
-        return float(got)
-    except (OverflowError, ValueError, TypeError):
-        stop(f"{call} returned {got!r}, which is not a float (too large?); return the stored value as a Python float.")
+    return as_number(got, f"{call} returned", "return the stored value as a Python float")
 
 
-def _diagnose(mismatches, mistakes, what_differs: str, show) -> object:
-    """Pick the known mistake that explains most mismatches; build the failed result naming it."""
-    counts = {key: 0 for key, _, _ in mistakes}
-    example = {}
-    for item in mismatches:
-        for key, predicate, _ in mistakes:
-            try:
-                hit = predicate(*item)
-            except (ValueError, OverflowError, TypeError, ZeroDivisionError):
-                hit = False
-            if hit:
-                counts[key] += 1
-                example.setdefault(key, item)
-    best = max(mistakes, key=lambda mistake: counts[mistake[0]])  # first one wins ties: priority order
+def _name_mismatches(mismatches: list, rules, what_differs: str, show):
+    """The failed result naming the known mistake that explains the most mismatches (``best_mistake``)."""
+    rule, count = best_mistake(rules, mismatches)
     details = [show(*item) for item in mismatches[:6]]
-    if counts[best[0]] == 0:
-        return failed(f"{len(mismatches)} {what_differs}. None of the usual mistakes explains them; compare your "
-                      "steps with the lesson (exponent, rounding to nearest even, subnormals, overflow, sign).",
-                      details)
-    key, _, message = best
+    if rule is None:
+        return failed(f"{len(mismatches)} {what_differs}. None of the usual mistakes explains them; compare "
+                      "your steps with the lesson (exponent, rounding to nearest even, subnormals, overflow, "
+                      "sign).", details)
+    example = next(item for item in mismatches if rule.matches(*item))
     extra = ""
-    if counts[key] < len(mismatches):
-        extra = f" (That explains {counts[key]} of the {len(mismatches)} wrong answers; fix it, then check again.)"
-    return failed(f"{message} Example: {show(*example[key])}.{extra}", details)
+    if count < len(mismatches):
+        extra = f" (That explains {count} of the {len(mismatches)} wrong answers; fix it, then check again.)"
+    return failed(f"{rule.text(*example)} Example: {show(*example)}.{extra}", details)
 
 
 @checker("01.1 stored_value")
 def check_stored_value(stored_value):
-    """``stored_value(x, fmt)`` must return the float that ``fmt`` ('float16' or 'bfloat16') stores for ``x``."""
+    """``stored_value(x, fmt)``: the float that ``fmt`` ('float16' or 'bfloat16') stores for ``x``."""
     got = call_learner(stored_value, 1.0, "float16")
     first = _to_float(got, "stored_value(1.0, 'float16')")
     if first != 1.0:
-        stop(f"stored_value(1.0, 'float16') returned {first!r}; 1.0 is exactly representable, so it is stored as 1.0.")
+        stop(f"stored_value(1.0, 'float16') returned {first!r}; 1.0 is exactly representable, so it is "
+             "stored as 1.0.")
     total = 0
     for fmt in FORMATS_CHECKED:
         values = probe_values(fmt)
@@ -240,10 +228,10 @@ def check_stored_value(stored_value):
             def show(x, want, got, fmt=fmt):
                 return f"stored_value({x!r}, {fmt.name!r}) should be {want!r}, yours gave {got!r}"
 
-            return _diagnose(mismatches, _stored_value_mistakes(fmt), f"of {len(values)} {fmt.name} values differ "
-                             "from what torch stores", show)
-    return passed(f"All {total} values match torch's float16 and bfloat16 casts bit for bit: rounding to nearest "
-                  "even, subnormals, overflow to inf, NaN and -0.0.")
+            what_differs = f"of {len(values)} {fmt.name} values differ from what torch stores"
+            return _name_mismatches(mismatches, stored_value_mistakes(fmt), what_differs, show)
+    return passed(f"All {total} values match torch's float16 and bfloat16 casts bit for bit: rounding to "
+                  "nearest even, subnormals, overflow to inf, NaN and -0.0.")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -265,15 +253,20 @@ def classify_values(fmt: FloatFormat) -> list[float]:
     """Values around every boundary of ``fmt``, each negative one with its positive twin in the list."""
     sub, normal, big = fmt.smallest_subnormal, fmt.smallest_normal, fmt.max
     step_at_max = math.ldexp(1.0, fmt.emax - fmt.mantissa_bits)
-    positive = [1.0, 0.1, 1000.0, big, big + 0.25 * step_at_max, big + 0.45 * step_at_max, fmt.overflow_threshold,
-                1.5 * big if fmt is FLOAT16 else 3.4e38, normal, normal - 0.25 * sub, normal - sub, 0.5 * normal,
-                3.3 * sub, sub, 0.75 * sub, 0.5 * sub, 0.25 * sub, 0.0, math.inf, 1e5, 1e-6, 1e-20, 1e-39]
+    positive = [1.0, 0.1, 1000.0, big, big + 0.25 * step_at_max, big + 0.45 * step_at_max,
+                fmt.overflow_threshold, 1.5 * big if fmt is FLOAT16 else 3.4e38, normal, normal - 0.25 * sub,
+                normal - sub, 0.5 * normal, 3.3 * sub, sub, 0.75 * sub, 0.5 * sub, 0.25 * sub, 0.0, math.inf,
+                1e5, 1e-6, 1e-20, 1e-39]
     negative = [-v for v in positive if v not in (0.0, math.inf, 1000.0, 1e-20)]
     return _f32(positive + negative + [-0.0, -math.inf, math.nan])
 
 
-def _classify_mistakes(fmt: FloatFormat, values: list[float], labels: list[str]) -> list:
-    """(key, predicate(x, expected, got) -> bool, message) in priority order."""
+def classify_mistakes(fmt: FloatFormat, values: list[float], labels: list[str]) -> tuple[Mistake, ...]:
+    """Every known wrong labelling, in priority order; each rule reads one mismatch ``(x, expected, got)``.
+
+    ``values`` and ``labels`` (all of the learner's answers) let a rule compare a value with its positive
+    twin.
+    """
     sub, normal, big, threshold = fmt.smallest_subnormal, fmt.smallest_normal, fmt.max, fmt.overflow_threshold
     position = {}
     for i, v in enumerate(values):
@@ -289,44 +282,57 @@ def _classify_mistakes(fmt: FloatFormat, values: list[float], labels: list[str])
         return kind_of_stored(model_round(x, 5, 10), FLOAT16)
 
     mistakes = [
-        ("nan", lambda x, expected, got: math.isnan(x) and got != "nan",
-         "A NaN input stays NaN after the cast: its kind is 'nan'. Test math.isnan(x) first: NaN compares False "
-         "with every threshold, so it falls through to whatever your last branch returns."),
-        ("inf input", lambda x, expected, got: math.isinf(x) and got != "inf",
-         "+-inf is stored as +-inf: its kind is 'inf'."),
-        ("zero input", lambda x, expected, got: x == 0 and got != "zero", "0.0 and -0.0 are stored as zero: kind 'zero'."),
-        ("negative values", positive_twin_right,
-         "Your labels for negative values are wrong although you got their magnitudes right: the kind depends "
-         "on |x|, so compare abs(x) with the thresholds."),
+        Mistake("nan", lambda x, expected, got: math.isnan(x) and got != "nan",
+                "A NaN input stays NaN after the cast: its kind is 'nan'. Test math.isnan(x) first: NaN "
+                "compares False with every threshold, so it falls through to whatever your last branch "
+                "returns."),
+        Mistake("inf input", lambda x, expected, got: math.isinf(x) and got != "inf",
+                "+-inf is stored as +-inf: its kind is 'inf'."),
+        Mistake("zero input", lambda x, expected, got: x == 0 and got != "zero",
+                "0.0 and -0.0 are stored as zero: kind 'zero'."),
+        Mistake("negative values", positive_twin_right,
+                "Your labels for negative values are wrong although you got their magnitudes right: the kind "
+                "depends on |x|, so compare abs(x) with the thresholds."),
     ]
     if fmt is BFLOAT16:
-        mistakes.append((
+        mistakes.append(Mistake(
             "float16 range for bfloat16", lambda x, expected, got: got == float16_kind(x),
-            "You used float16's range for bfloat16. bfloat16 has float32's 8 exponent bits: normal from 1.18e-38 "
-            "up to 3.39e38, subnormal down to 9.2e-41 (e.g. 1e5 and 1e-6 are ordinary normal numbers in bfloat16)."))
+            "You used float16's range for bfloat16. bfloat16 has float32's 8 exponent bits: normal from "
+            "1.18e-38 up to 3.39e38, subnormal down to 9.2e-41 (e.g. 1e5 and 1e-6 are ordinary normal "
+            "numbers in bfloat16)."))
     mistakes += [
-        ("overflow before rounding", lambda x, expected, got: expected == "normal" and got == "inf" and abs(x) > big,
-         f"Values just above max round DOWN to max ({big:.6g}): only |x| >= {threshold:.6g} (max + half a step) "
-         "becomes inf. Compare with that threshold, or round first and classify the rounded value."),
-        ("overflow missed", lambda x, expected, got: expected == "inf" and got != "inf" and math.isfinite(x),
-         f"|x| >= {threshold:.6g} rounds beyond max, so it is stored as inf. Exactly {threshold:.6g} is a tie "
-         "between max and the next power of two; the tie goes to the even one, which is beyond the range: inf."),
-        ("underflow too early", lambda x, expected, got: expected == "subnormal" and got == "zero" and abs(x) < sub,
-         f"Values between half the smallest subnormal ({sub / 2:.4g}) and the smallest subnormal ({sub:.4g}) round UP "
-         f"to {sub:.4g}: they are 'subnormal', not 'zero'. Only |x| <= {sub / 2:.4g} rounds to zero."),
-        ("flush", lambda x, expected, got: expected == "subnormal" and got == "zero",
-         f"No subnormals: values below the smallest normal ({normal:.4g}) are not zero. Down to the smallest "
-         f"subnormal ({sub:.4g} = 2^{fmt.emin - fmt.mantissa_bits}) they are stored as subnormals."),
-        ("underflow missed", lambda x, expected, got: expected == "zero" and got != "zero" and x != 0,
-         f"|x| <= {sub / 2:.4g} (half the smallest subnormal) rounds to zero; exactly half is a tie and goes to "
-         "the even neighbour, which is 0."),
-        ("normal boundary", lambda x, expected, got: expected == "normal" and got == "subnormal" and abs(x) < normal,
-         f"Values just below the smallest normal ({normal:.4g}) round UP to it: |x| >= {normal - sub / 2:.6g} "
-         "(halfway between the largest subnormal and the smallest normal) is stored as a normal number."),
-        ("subnormal missed", lambda x, expected, got: expected == "subnormal" and got == "normal",
-         f"|x| below the smallest normal ({normal:.4g} = 2^{fmt.emin}) is stored as a subnormal (exponent field 0)."),
+        Mistake("overflow before rounding",
+                lambda x, expected, got: expected == "normal" and got == "inf" and abs(x) > big,
+                f"Values just above max round DOWN to max ({big:.6g}): only |x| >= {threshold:.6g} (max + "
+                "half a step) becomes inf. Compare with that threshold, or round first and classify the "
+                "rounded value."),
+        Mistake("overflow missed",
+                lambda x, expected, got: expected == "inf" and got != "inf" and math.isfinite(x),
+                f"|x| >= {threshold:.6g} rounds beyond max, so it is stored as inf. Exactly {threshold:.6g} "
+                "is a tie between max and the next power of two; the tie goes to the even one, which is "
+                "beyond the range: inf."),
+        Mistake("underflow too early",
+                lambda x, expected, got: expected == "subnormal" and got == "zero" and abs(x) < sub,
+                f"Values between half the smallest subnormal ({sub / 2:.4g}) and the smallest subnormal "
+                f"({sub:.4g}) round UP to {sub:.4g}: they are 'subnormal', not 'zero'. Only |x| <= "
+                f"{sub / 2:.4g} rounds to zero."),
+        Mistake("flush", lambda x, expected, got: expected == "subnormal" and got == "zero",
+                f"No subnormals: values below the smallest normal ({normal:.4g}) are not zero. Down to the "
+                f"smallest subnormal ({sub:.4g} = 2^{fmt.emin - fmt.mantissa_bits}) they are stored as "
+                "subnormals."),
+        Mistake("underflow missed", lambda x, expected, got: expected == "zero" and got != "zero" and x != 0,
+                f"|x| <= {sub / 2:.4g} (half the smallest subnormal) rounds to zero; exactly half is a tie "
+                "and goes to the even neighbour, which is 0."),
+        Mistake("normal boundary",
+                lambda x, expected, got: expected == "normal" and got == "subnormal" and abs(x) < normal,
+                f"Values just below the smallest normal ({normal:.4g}) round UP to it: |x| >= "
+                f"{normal - sub / 2:.6g} (halfway between the largest subnormal and the smallest normal) is "
+                "stored as a normal number."),
+        Mistake("subnormal missed", lambda x, expected, got: expected == "subnormal" and got == "normal",
+                f"|x| below the smallest normal ({normal:.4g} = 2^{fmt.emin}) is stored as a subnormal "
+                "(exponent field 0)."),
     ]
-    return mistakes
+    return tuple(mistakes)
 
 
 def _labels(got, n: int, call: str) -> list[str]:
@@ -337,10 +343,12 @@ def _labels(got, n: int, call: str) -> list[str]:
     except TypeError:
         stop(f"{call} returned a {type(got).__name__}; return a list with one label per value.")
     if len(labels) != n:
-        stop(f"{call} returned {len(labels)} labels for {n} values; return exactly one label per value, in order.")
+        stop(f"{call} returned {len(labels)} labels for {n} values; return exactly one label per value, in "
+             "order.")
     for i, label in enumerate(labels):
         if not isinstance(label, str):
-            stop(f"{call}: label {i} is a {type(label).__name__} ({label!r}); use one of the strings {', '.join(KINDS)}.")
+            stop(f"{call}: label {i} is a {type(label).__name__} ({label!r}); use one of the strings "
+                 f"{', '.join(KINDS)}.")
         if label not in KINDS:
             cleaned = label.strip().lower()
             if cleaned in KINDS:
@@ -368,7 +376,8 @@ def check_classify(classify):
             def show(x, want, label, fmt=fmt):
                 return f"{x!r} in {fmt.name} is {want!r}, yours said {label!r}"
 
-            return _diagnose(mismatches, _classify_mistakes(fmt, values, labels),
+            return _name_mismatches(mismatches, classify_mistakes(fmt, values, labels),
                              f"of {len(values)} {fmt.name} labels are wrong", show)
     return passed(f"All {total} labels match what torch's float16 and bfloat16 casts produce, including the "
-                  "edges: just above max, the overflow tie, the underflow tie and the normal/subnormal boundary.")
+                  "edges: just above max, the overflow tie, the underflow tie and the normal/subnormal "
+                  "boundary.")

@@ -12,7 +12,17 @@ import math
 
 import torch
 
-from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.checks.harness import (
+    FAILED,
+    LearnerProblem,
+    as_number,
+    call_learner,
+    checker,
+    failed,
+    passed,
+    stop,
+)
+from amp_lessons.checks.mistakes import Mistake, best_mistake
 from amp_lessons.environment import dtype_name
 from amp_lessons.scaling import classify, flat_values, limits
 
@@ -40,20 +50,6 @@ def _call(fn, case: str, *args):
         raise
 
 
-def _as_float(value, what: str) -> float:
-    if isinstance(value, bool):
-        stop(f"{what} is a bool ({value}); return a number.")
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            stop(f"{what} is a tensor with {value.numel()} elements; return one number (use .item()).")
-        value = value.item()
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        stop(f"{what} is a {type(value).__name__} ({value!r:.60}); return a number.")
-    return float("nan")  # unreachable: stop() raises
-
-
 def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # a float32 mean() is fine
 
@@ -72,19 +68,11 @@ def _run_cases(cases: list, answer, oracle):
     return answers, None, None
 
 
-def _explain(answers: list, cases: list, mistakes: dict, first_wrong: int):
-    """The mistake that reproduces the learner's answer on the first wrong input (and on most others)."""
-    best, best_score = None, -1
-    for wrong, explanation in mistakes.values():
-        try:
-            if not _matches(wrong(*cases[first_wrong][1:]), answers[first_wrong]):
-                continue
-            score = 1 + sum(_matches(wrong(*case[1:]), answers[i]) for i, case in enumerate(cases) if i != first_wrong)
-        except Exception:  # a wrong variant may not apply to some input; it then explains nothing
-            continue
-        if score > best_score:
-            best, best_score = explanation, score
-    return best
+def _explain(answers: list, cases: list, rules, first_wrong: int) -> Mistake | None:
+    """The rule that reproduces the learner's answer on the first wrong input (and on most others)."""
+    candidates = [rule for rule in rules if rule.matches(cases[first_wrong], answers[first_wrong])]
+    rule, _ = best_mistake(candidates, zip(cases, answers))
+    return rule
 
 
 def _matches(a, b) -> bool:
@@ -143,126 +131,147 @@ def _finite_nonzero(grad):
     return grad[torch.isfinite(grad) & (grad != 0)]
 
 
-def _fraction_mistakes():
-    """name -> (wrong implementation, explanation). Each reproduces one plausible mistake exactly."""
+def replays(wrong):
+    """A model rule's ``recognise(case, answer)``: does the wrong implementation give the learner's answer?"""
+    return lambda case, answer: _matches(wrong(*case[1:]), answer)
 
-    def ratio(mask, denominator):
-        return int(mask.sum()) / denominator if denominator else 0.0
 
-    def cast_first(g, dtype, scale):
-        g = _finite_nonzero(g)
-        c = g.to(dtype) * scale
-        return ratio(c == 0, g.numel()), ratio(torch.isinf(c), g.numel())
+# Wrong implementations of lost_fractions(grad, dtype, scale), each reproducing one plausible mistake exactly.
 
-    def normal_threshold(g, dtype, scale):
-        g = _finite_nonzero(g)
-        c = (g * scale).to(dtype)
-        return ratio(c.abs() < torch.finfo(dtype).smallest_normal, g.numel()), ratio(torch.isinf(c), g.numel())
 
-    def thresholds(g, dtype, scale):
-        g = _finite_nonzero(g)
-        fmt = limits(dtype)
-        s = (g * scale).abs()
-        return ratio(s < fmt.smallest_subnormal, g.numel()), ratio(s > fmt.max, g.numel())
+def _ratio(mask, denominator):
+    return int(mask.sum()) / denominator if denominator else 0.0
 
-    def shifted(g, dtype, scale, under_factor=None, over=None):
-        g = _finite_nonzero(g)
-        fmt = limits(dtype)
-        s = g * scale
-        c = s.to(dtype)
-        under = c == 0 if under_factor is None else s.abs() < fmt.smallest_subnormal * under_factor
-        overflow = torch.isinf(c) if over is None else s.abs() >= over(fmt)
-        return ratio(under, g.numel()), ratio(overflow, g.numel())
 
-    def no_abs(g, dtype, scale):
-        g = _finite_nonzero(g)
-        fmt = limits(dtype)
-        s = g * scale
-        return ratio(s < fmt.smallest_subnormal, g.numel()), ratio(s > fmt.max, g.numel())
+def _cast_first(g, dtype, scale):
+    g = _finite_nonzero(g)
+    c = g.to(dtype) * scale
+    return _ratio(c == 0, g.numel()), _ratio(torch.isinf(c), g.numel())
 
-    def positive_inf_only(g, dtype, scale):
-        g = _finite_nonzero(g)
-        c = (g * scale).to(dtype)
-        return ratio(c == 0, g.numel()), ratio(c == float("inf"), g.numel())
 
-    def over_numel(g, dtype, scale):
-        n = g.numel()
-        c = (_finite_nonzero(g) * scale).to(dtype)
-        return ratio(c == 0, n), ratio(torch.isinf(c), n)
+def _normal_threshold(g, dtype, scale):
+    g = _finite_nonzero(g)
+    c = (g * scale).to(dtype)
+    return _ratio(c.abs() < torch.finfo(dtype).smallest_normal, g.numel()), _ratio(torch.isinf(c), g.numel())
 
-    def zeros_counted(g, dtype, scale):
-        c = (g[~torch.isnan(g)] * scale).to(dtype)
-        n = g.numel()
-        return ratio(c == 0, n), ratio(torch.isinf(c), n)
 
-    def zeros_counted_finite(g, dtype, scale):
-        f = g[torch.isfinite(g)]
-        c = (f * scale).to(dtype)
-        return ratio(c == 0, f.numel()), ratio(torch.isinf(c), f.numel())
+def _thresholds(g, dtype, scale):
+    g = _finite_nonzero(g)
+    fmt = limits(dtype)
+    s = (g * scale).abs()
+    return _ratio(s < fmt.smallest_subnormal, g.numel()), _ratio(s > fmt.max, g.numel())
 
-    def nonfinite_kept(g, dtype, scale):
-        g = g[g != 0]
-        c = (g * scale).to(dtype)
-        return ratio(c == 0, g.numel()), ratio(torch.isinf(c) | torch.isnan(c), g.numel())
 
-    def always_fp16(g, dtype, scale):
-        return _oracle_fractions(g, F16, scale)
+def _shifted(g, dtype, scale, under_factor=None, over=None):
+    g = _finite_nonzero(g)
+    fmt = limits(dtype)
+    s = g * scale
+    c = s.to(dtype)
+    under = c == 0 if under_factor is None else s.abs() < fmt.smallest_subnormal * under_factor
+    overflow = torch.isinf(c) if over is None else s.abs() >= over(fmt)
+    return _ratio(under, g.numel()), _ratio(overflow, g.numel())
 
-    def no_scale(g, dtype, scale):
-        return _oracle_fractions(g, dtype, 1.0)
 
-    tiny = "the smallest subnormal 2^-24"
-    return {
-        "swapped": (lambda g, d, s: _oracle_fractions(g, d, s)[::-1],
-                    "You returned (overflow, underflow): the exercise asks for (underflow, overflow), in that order."),
-        "percent": (lambda g, d, s: tuple(100 * v for v in _oracle_fractions(g, d, s)),
-                    "Your numbers are 100 times too large: return fractions between 0 and 1, not percentages."),
-        "counts": (lambda g, d, s: tuple(v * _finite_nonzero(g).numel() for v in _oracle_fractions(g, d, s)),
-                   "You returned counts, not fractions: divide by the number of nonzero finite values."),
-        "no scale": (no_scale, "Your answer does not change with `scale`: multiply the gradient by `scale` before casting."),
-        "cast first": (cast_first,
-                       "You cast to the low-precision dtype first and scaled afterwards (`g.to(dtype) * scale`): by then the "
-                       "small values are already 0. Loss scaling works because the multiplication happens before the "
-                       "value is stored in FP16: compute `(g * scale).to(dtype)`."),
-        "normal threshold": (normal_threshold,
-                             "You counted subnormal results as underflow (compared with the smallest *normal* 2^-14). A "
-                             f"subnormal is still nonzero, only less precise; underflow means the cast gives exactly 0, i.e. "
-                             f"below {tiny} (after rounding)."),
-        "thresholds": (thresholds,
-                       f"You compared |g * scale| with {tiny} and with 65504 instead of casting. Casting rounds to "
-                       "nearest: values above 2^-25 round *up* to 2^-24 and survive, and values below 65520 round "
-                       "*down* to 65504 and stay finite. Cast and test the result (`== 0`, `isinf`)."),
-        "2^-23": (lambda g, d, s: shifted(g, d, s, under_factor=2.0),
-                  f"Off by one in the exponent: you treated everything below 2^-23 as underflow, but {tiny} itself "
-                  "is representable (and values above 2^-25 round up to it). Cast and test `== 0` instead."),
-        "2^-25": (lambda g, d, s: shifted(g, d, s, under_factor=0.5),
-                  "Off by one in the exponent: you compared with 2^-25, but exactly 2^-25 is a tie that rounds to 0 "
-                  "(ties go to the even neighbour, 0). Cast and test `== 0` instead of comparing."),
-        "65536": (lambda g, d, s: shifted(g, d, s, over=lambda fmt: 2.0 ** math.ceil(math.log2(fmt.max))),
-                  "You used 2^16 = 65536 as FP16's overflow limit, but values from 65520 up already round to inf (the "
-                  "largest FP16 number is 65504). Cast and test `torch.isinf` instead."),
-        "no abs": (no_abs,
-                   "You ignored the sign: `g * scale < threshold` is true for every negative gradient, and a large "
-                   "negative value never exceeds +65504. Negative gradients under/overflow exactly like positive ones: "
-                   "cast and test (`== 0`, `torch.isinf`), or use `.abs()`."),
-        "positive inf only": (positive_inf_only,
-                              "You counted only +inf as overflow: large *negative* values become -inf. Use `torch.isinf`."),
-        "over numel": (over_numel,
-                       "You divided by `grad.numel()`, which includes zeros and inf/NaN. The fractions are of the nonzero, "
-                       "finite values only."),
-        "zeros counted": (zeros_counted,
-                          "You counted values that were already 0 in FP32 as underflow. Underflow means nonzero *before* "
-                          "the cast and zero after: leave zeros (and inf/NaN) out of both counts and the denominator."),
-        "zeros counted finite": (zeros_counted_finite,
-                                 "You counted values that were already 0 in FP32 as underflow (and in the denominator). "
-                                 "Keep only nonzero, finite values: `g = g[torch.isfinite(g) & (g != 0)]`."),
-        "nonfinite kept": (nonfinite_kept,
-                           "You kept inf/NaN values that were already in the gradient: they count as overflow in your "
-                           "answer. Scaling cannot cause or fix them; leave them out (use `torch.isfinite`)."),
-        "always fp16": (always_fp16,
-                        "Your answer ignores `dtype`: for bfloat16 the thresholds are 2^-133 and about 3.4e38. Cast to "
-                        "the `dtype` you are given (or read the limits from `torch.finfo(dtype)`)."),
-    }
+def _no_abs(g, dtype, scale):
+    g = _finite_nonzero(g)
+    fmt = limits(dtype)
+    s = g * scale
+    return _ratio(s < fmt.smallest_subnormal, g.numel()), _ratio(s > fmt.max, g.numel())
+
+
+def _positive_inf_only(g, dtype, scale):
+    g = _finite_nonzero(g)
+    c = (g * scale).to(dtype)
+    return _ratio(c == 0, g.numel()), _ratio(c == float("inf"), g.numel())
+
+
+def _over_numel(g, dtype, scale):
+    n = g.numel()
+    c = (_finite_nonzero(g) * scale).to(dtype)
+    return _ratio(c == 0, n), _ratio(torch.isinf(c), n)
+
+
+def _zeros_counted(g, dtype, scale):
+    c = (g[~torch.isnan(g)] * scale).to(dtype)
+    n = g.numel()
+    return _ratio(c == 0, n), _ratio(torch.isinf(c), n)
+
+
+def _zeros_counted_finite(g, dtype, scale):
+    f = g[torch.isfinite(g)]
+    c = (f * scale).to(dtype)
+    return _ratio(c == 0, f.numel()), _ratio(torch.isinf(c), f.numel())
+
+
+def _nonfinite_kept(g, dtype, scale):
+    g = g[g != 0]
+    c = (g * scale).to(dtype)
+    return _ratio(c == 0, g.numel()), _ratio(torch.isinf(c) | torch.isnan(c), g.numel())
+
+
+def _power_of_two_above_max(fmt):
+    return 2.0 ** math.ceil(math.log2(fmt.max))
+
+
+_TINY = "the smallest subnormal 2^-24"
+
+NO_ABS = Mistake(
+    "no abs", replays(_no_abs),
+    "You ignored the sign: `g * scale < threshold` is true for every negative gradient, and a large "
+    "negative value never exceeds +65504. Negative gradients under/overflow exactly like positive ones: "
+    "cast and test (`== 0`, `torch.isinf`), or use `.abs()`.")
+
+# Each rule reads one (case, answer) pair; the table order breaks ties in how many cases a rule explains.
+FRACTION_MISTAKES = (
+    Mistake("swapped", replays(lambda g, d, s: _oracle_fractions(g, d, s)[::-1]),
+            "You returned (overflow, underflow): the exercise asks for (underflow, overflow), in that order."),
+    Mistake("percent", replays(lambda g, d, s: tuple(100 * v for v in _oracle_fractions(g, d, s))),
+            "Your numbers are 100 times too large: return fractions between 0 and 1, not percentages."),
+    Mistake("counts", replays(lambda g, d, s: tuple(v * _finite_nonzero(g).numel()
+                                                    for v in _oracle_fractions(g, d, s))),
+            "You returned counts, not fractions: divide by the number of nonzero finite values."),
+    Mistake("no scale", replays(lambda g, d, s: _oracle_fractions(g, d, 1.0)),
+            "Your answer does not change with `scale`: multiply the gradient by `scale` before casting."),
+    Mistake("cast first", replays(_cast_first),
+            "You cast to the low-precision dtype first and scaled afterwards (`g.to(dtype) * scale`): by then "
+            "the small values are already 0. Loss scaling works because the multiplication happens before the "
+            "value is stored in FP16: compute `(g * scale).to(dtype)`."),
+    Mistake("normal threshold", replays(_normal_threshold),
+            "You counted subnormal results as underflow (compared with the smallest *normal* 2^-14). A "
+            "subnormal is still nonzero, only less precise; underflow means the cast gives exactly 0, i.e. "
+            f"below {_TINY} (after rounding)."),
+    Mistake("thresholds", replays(_thresholds),
+            f"You compared |g * scale| with {_TINY} and with 65504 instead of casting. Casting rounds to "
+            "nearest: values above 2^-25 round *up* to 2^-24 and survive, and values below 65520 round "
+            "*down* to 65504 and stay finite. Cast and test the result (`== 0`, `isinf`)."),
+    Mistake("2^-23", replays(lambda g, d, s: _shifted(g, d, s, under_factor=2.0)),
+            f"Off by one in the exponent: you treated everything below 2^-23 as underflow, but {_TINY} "
+            "itself is representable (and values above 2^-25 round up to it). Cast and test `== 0` instead."),
+    Mistake("2^-25", replays(lambda g, d, s: _shifted(g, d, s, under_factor=0.5)),
+            "Off by one in the exponent: you compared with 2^-25, but exactly 2^-25 is a tie that rounds to 0 "
+            "(ties go to the even neighbour, 0). Cast and test `== 0` instead of comparing."),
+    Mistake("65536", replays(lambda g, d, s: _shifted(g, d, s, over=_power_of_two_above_max)),
+            "You used 2^16 = 65536 as FP16's overflow limit, but values from 65520 up already round to inf "
+            "(the largest FP16 number is 65504). Cast and test `torch.isinf` instead."),
+    NO_ABS,
+    Mistake("positive inf only", replays(_positive_inf_only),
+            "You counted only +inf as overflow: large *negative* values become -inf. Use `torch.isinf`."),
+    Mistake("over numel", replays(_over_numel),
+            "You divided by `grad.numel()`, which includes zeros and inf/NaN. The fractions are of the "
+            "nonzero, finite values only."),
+    Mistake("zeros counted", replays(_zeros_counted),
+            "You counted values that were already 0 in FP32 as underflow. Underflow means nonzero *before* "
+            "the cast and zero after: leave zeros (and inf/NaN) out of both counts and the denominator."),
+    Mistake("zeros counted finite", replays(_zeros_counted_finite),
+            "You counted values that were already 0 in FP32 as underflow (and in the denominator). "
+            "Keep only nonzero, finite values: `g = g[torch.isfinite(g) & (g != 0)]`."),
+    Mistake("nonfinite kept", replays(_nonfinite_kept),
+            "You kept inf/NaN values that were already in the gradient: they count as overflow in your "
+            "answer. Scaling cannot cause or fix them; leave them out (use `torch.isfinite`)."),
+    Mistake("always fp16", replays(lambda g, d, s: _oracle_fractions(g, F16, s)),
+            "Your answer ignores `dtype`: for bfloat16 the thresholds are 2^-133 and about 3.4e38. Cast to "
+            "the `dtype` you are given (or read the limits from `torch.finfo(dtype)`)."),
+)
 
 
 def _get_pair(fn, case, grad, dtype, scale):
@@ -270,7 +279,7 @@ def _get_pair(fn, case, grad, dtype, scale):
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         stop(f"`lost_fractions` returned {type(got).__name__} {str(got)[:80]!r}; return a tuple "
              f"`(underflow, overflow)` of two numbers. (Input: {case}.)")
-    return tuple(_as_float(v, f"Part {i} of the result") for i, v in enumerate(got))
+    return tuple(as_number(v, f"Part {i} of the result is") for i, v in enumerate(got))
 
 
 def _fraction_answer(fn, case, grad, dtype, scale):
@@ -290,17 +299,18 @@ def check_lost_fractions(lost_fractions):
         case, grad, dtype, scale = cases[first_wrong]
         detail = [f"input: {case}", f"expected (underflow, overflow) = ({expected[0]:.6g}, {expected[1]:.6g})",
                   f"yours = ({answers[first_wrong][0]:.6g}, {answers[first_wrong][1]:.6g})"]
-        mistakes = _fraction_mistakes()
-        explanation = _explain(answers, cases, mistakes, first_wrong)
-        if explanation is None:
+        mistake = _explain(answers, cases, FRACTION_MISTAKES, first_wrong)
+        if mistake is None:
             flipped = _get_pair(lost_fractions, f"{case}, with every sign flipped", -grad, dtype, scale)
             if not _matches(flipped, answers[first_wrong]):
-                explanation = mistakes["no abs"][1]
-                detail.append(f"the same values with their signs flipped gave ({flipped[0]:.6g}, {flipped[1]:.6g})")
-        if explanation is None:
-            explanation = ("Your fractions differ from the definition. Keep the nonzero finite values, compute "
-                           "`(g * scale).to(dtype)`, and count `== 0` (underflow) and `torch.isinf` (overflow).")
-        return failed(explanation, detail)
+                mistake = NO_ABS
+                detail.append(f"the same values with their signs flipped gave ({flipped[0]:.6g}, "
+                              f"{flipped[1]:.6g})")
+        if mistake is None:
+            return failed("Your fractions differ from the definition. Keep the nonzero finite values, compute "
+                          "`(g * scale).to(dtype)`, and count `== 0` (underflow) and `torch.isinf` (overflow).",
+                          detail)
+        return failed(mistake.text(), detail)
     for case, grad, dtype, scale in _edge_fraction_cases():
         try:
             got = _get_pair(lost_fractions, case, grad, dtype, scale)
@@ -375,70 +385,76 @@ def _special_scale_cases():
     }
 
 
-def _scale_mistakes():
-    """name -> (wrong implementation, explanation); each takes (grads, dtype, max_exponent)."""
+# Wrong implementations of largest_safe_scale(grads, dtype, max_exponent).
 
-    def by_limit(grads, dtype, max_exponent, limit):
-        """largest k <= max_exponent with amax * 2^k < limit (a threshold test instead of the cast)."""
-        values = flat_values(grads)
-        if not bool(torch.isfinite(values).all()):
-            return None
-        amax = float(values.abs().max()) if values.numel() else 0.0
-        if amax == 0:
-            return 2.0**max_exponent
-        k = math.floor(math.log2(limit / amax))
-        while amax * 2.0**k >= limit:
-            k -= 1
-        while amax * 2.0 ** (k + 1) < limit:
-            k += 1
-        return 2.0 ** min(k, max_exponent)
 
-    def times(grads, dtype, max_exponent, factor):
-        answer = _oracle_scale(grads, dtype, max_exponent)
-        return None if answer is None else answer * factor
+def _scale_by_limit(grads, dtype, max_exponent, limit):
+    """The largest k <= max_exponent with amax * 2^k < limit (a threshold test instead of the cast)."""
+    values = flat_values(grads)
+    if not bool(torch.isfinite(values).all()):
+        return None
+    amax = float(values.abs().max()) if values.numel() else 0.0
+    if amax == 0:
+        return 2.0**max_exponent
+    k = math.floor(math.log2(limit / amax))
+    while amax * 2.0**k >= limit:
+        k -= 1
+    while amax * 2.0 ** (k + 1) < limit:
+        k += 1
+    return 2.0 ** min(k, max_exponent)
 
-    def signed_max(grads, dtype, max_exponent):
-        values = flat_values(grads)
-        if not bool(torch.isfinite(values).all()):
-            return None
-        top = float(values.max()) if values.numel() else 0.0
-        if top <= 0:
-            return 2.0**max_exponent
-        return _oracle_scale([torch.tensor([top])], dtype, max_exponent)
 
-    def at_least_one(grads, dtype, max_exponent):
-        answer = _oracle_scale(grads, dtype, max_exponent)
-        return None if answer is None else max(answer, 1.0)
+def _scale_times(grads, dtype, max_exponent, factor):
+    answer = _oracle_scale(grads, dtype, max_exponent)
+    return None if answer is None else answer * factor
 
-    return {
-        "too big": (lambda g, d, m: times(g, d, m, 2.0),
-                    "Off by one in the exponent: your scale is twice the largest safe one, so the largest |gradient| "
-                    "times your scale becomes inf. (`ceil`/`round` where `floor` belongs, or `<=` that should be `<`?)"),
-        "too small": (lambda g, d, m: times(g, d, m, 0.5),
-                      "Off by one in the exponent: your scale is half the largest safe one; twice your scale still "
-                      "causes no overflow. (`floor(...) - 1`, a loop that stops one step late, or `<` that should be `<=`?)"),
-        "65504 compare": (lambda g, d, m: by_limit(g, d, m, torch.finfo(d).max * (1 + 2.0**-40)),
-                          "You compared max|g| * scale with finfo.max = 65504, but casting rounds to nearest: values "
-                          "below 65520 round *down* to 65504 and stay finite. Overflow means the *cast* gives inf: test "
-                          "`torch.isinf((amax * scale).to(dtype))`."),
-        "65536": (lambda g, d, m: by_limit(g, d, m, 2.0 ** math.ceil(math.log2(torch.finfo(d).max))),
-                  "You used 2^16 = 65536 as FP16's limit, but values from 65520 up already round to inf (the largest "
-                  "FP16 number is 65504). Test the cast itself: `torch.isinf((amax * scale).to(dtype))`."),
-        "signed max": (signed_max,
-                       "You ignored the sign: `max()` misses a large *negative* gradient, which overflows to -inf just "
-                       "the same. Use the largest magnitude, `g.abs().max()`."),
-        "first only": (lambda g, d, m: _oracle_scale(g[:1], d, m),
-                       "You looked only at the first tensor of the list: the largest gradient can be in any of them."),
-        "no cap": (lambda g, d, m: _oracle_scale(g, d, 200),
-                   "Your scale is larger than 2**max_exponent: the cap is part of the answer (it is also what keeps a "
-                   "scaler from growing forever on tiny gradients)."),
-        "at least one": (at_least_one,
-                         "You never return a scale below 1, but gradients above the format's max (here 1e6 > 65504) "
-                         "already overflow at scale 1: the largest safe scale is then a negative power of two."),
-        "always fp16": (lambda g, d, m: _oracle_scale(g, F16, m),
-                        "Your answer ignores `dtype`: bfloat16 reaches about 3.4e38, so it needs a different scale "
-                        "(read the limit from `torch.finfo(dtype)` or cast to `dtype`)."),
-    }
+
+def _scale_signed_max(grads, dtype, max_exponent):
+    values = flat_values(grads)
+    if not bool(torch.isfinite(values).all()):
+        return None
+    top = float(values.max()) if values.numel() else 0.0
+    if top <= 0:
+        return 2.0**max_exponent
+    return _oracle_scale([torch.tensor([top])], dtype, max_exponent)
+
+
+def _scale_at_least_one(grads, dtype, max_exponent):
+    answer = _oracle_scale(grads, dtype, max_exponent)
+    return None if answer is None else max(answer, 1.0)
+
+
+SCALE_MISTAKES = (
+    Mistake("too big", replays(lambda g, d, m: _scale_times(g, d, m, 2.0)),
+            "Off by one in the exponent: your scale is twice the largest safe one, so the largest |gradient| "
+            "times your scale becomes inf. (`ceil`/`round` where `floor` belongs, or `<=` that should be `<`?)"),
+    Mistake("too small", replays(lambda g, d, m: _scale_times(g, d, m, 0.5)),
+            "Off by one in the exponent: your scale is half the largest safe one; twice your scale still "
+            "causes no overflow. (`floor(...) - 1`, a loop that stops one step late, or `<` that should be "
+            "`<=`?)"),
+    Mistake("65504 compare",
+            replays(lambda g, d, m: _scale_by_limit(g, d, m, torch.finfo(d).max * (1 + 2.0**-40))),
+            "You compared max|g| * scale with finfo.max = 65504, but casting rounds to nearest: values "
+            "below 65520 round *down* to 65504 and stay finite. Overflow means the *cast* gives inf: test "
+            "`torch.isinf((amax * scale).to(dtype))`."),
+    Mistake("65536", replays(lambda g, d, m: _scale_by_limit(g, d, m, _power_of_two_above_max(torch.finfo(d)))),
+            "You used 2^16 = 65536 as FP16's limit, but values from 65520 up already round to inf (the largest "
+            "FP16 number is 65504). Test the cast itself: `torch.isinf((amax * scale).to(dtype))`."),
+    Mistake("signed max", replays(_scale_signed_max),
+            "You ignored the sign: `max()` misses a large *negative* gradient, which overflows to -inf just "
+            "the same. Use the largest magnitude, `g.abs().max()`."),
+    Mistake("first only", replays(lambda g, d, m: _oracle_scale(g[:1], d, m)),
+            "You looked only at the first tensor of the list: the largest gradient can be in any of them."),
+    Mistake("no cap", replays(lambda g, d, m: _oracle_scale(g, d, 200)),
+            "Your scale is larger than 2**max_exponent: the cap is part of the answer (it is also what keeps a "
+            "scaler from growing forever on tiny gradients)."),
+    Mistake("at least one", replays(_scale_at_least_one),
+            "You never return a scale below 1, but gradients above the format's max (here 1e6 > 65504) "
+            "already overflow at scale 1: the largest safe scale is then a negative power of two."),
+    Mistake("always fp16", replays(lambda g, d, m: _oracle_scale(g, F16, m)),
+            "Your answer ignores `dtype`: bfloat16 reaches about 3.4e38, so it needs a different scale "
+            "(read the limit from `torch.finfo(dtype)` or cast to `dtype`)."),
+)
 
 
 def _check_scale_value(got, case):
@@ -446,7 +462,7 @@ def _check_scale_value(got, case):
         return None
     if isinstance(got, bool):
         stop(f"`largest_safe_scale` returned the bool {got} on {case}; return a number (a power of two) or None.")
-    value = _as_float(got, "Your result")
+    value = as_number(got, "Your result is")
     if not math.isfinite(value) or value <= 0:
         stop(f"`largest_safe_scale` returned {value} on {case}; a loss scale is a positive, finite power of two "
              "(return None only for inf/NaN gradients).")
@@ -476,11 +492,12 @@ def check_largest_safe_scale(largest_safe_scale):
             return failed("You returned None for finite gradients. None is only for gradients that already contain "
                           "inf/NaN; check `torch.isfinite` on the FP32 gradients themselves, not after casting them "
                           "(a finite 1e6 casts to inf in FP16, yet a scale below 1 handles it).", detail)
-        explanation = _explain(answers, cases, _scale_mistakes(), first_wrong)
-        if explanation is None:
-            explanation = ("Not the largest safe power of two. Find the largest |gradient| over all tensors, then the "
-                           "largest integer k <= max_exponent with `(amax * 2.0**k).to(dtype)` finite.")
-        return failed(explanation, detail)
+        mistake = _explain(answers, cases, SCALE_MISTAKES, first_wrong)
+        if mistake is None:
+            return failed("Not the largest safe power of two. Find the largest |gradient| over all tensors, "
+                          "then the largest integer k <= max_exponent with `(amax * 2.0**k).to(dtype)` finite.",
+                          detail)
+        return failed(mistake.text(), detail)
     special = _special_scale_cases()
     for case, grads, dtype, max_exponent in special["inf"]:
         got = _scale_answer(largest_safe_scale, case, grads, dtype, max_exponent)

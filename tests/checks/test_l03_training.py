@@ -7,8 +7,12 @@ import pytest
 import torch
 from notebook_code import exercise, solution
 
+import amp_lessons.checks.l03_training as l03
+from amp_lessons.autocast_state import switch_autocast_off
 from amp_lessons.checks.harness import NOT_DONE, PASSED
 from amp_lessons.checks.l03_training import check_scheduler_step, check_train_step
+from amp_lessons.checks.mistakes import first_mistake
+from amp_lessons.environment import one_cpu_thread
 from amp_lessons.training import train_step as reference_train_step
 
 LESSON = "03_autocast_and_gradscaler.ipynb"
@@ -603,3 +607,176 @@ def test_scheduler_wrong_answer_is_named(fn):
 def test_scheduler_junk_never_raises(junk):
     result = check_scheduler_step(junk)
     assert result.status == "failed" and result.message
+
+
+# ------------------------------------------------------------------- the rule tables of 03.1, rule by rule
+
+
+def no_loss_fn(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)  # not the loss_fn passed in
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def no_backward(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def scales_twice(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(2 * loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def never_steps(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    return loss.detach()
+
+
+def zeroes_grads_by_hand(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    for p in model.parameters():
+        p.grad.zero_()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def raises_at_the_end(*args, **kwargs):
+    reference_train_step(*args, **kwargs)
+    raise RuntimeError("logging failed")
+
+
+def clips_to_half(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    return reference_train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype,
+                                max_norm=None if max_norm is None else max_norm / 2)
+
+
+def sets_the_scale(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update(new_scale=2.0**5)
+    return loss.detach()
+
+
+def updates_after_a_skip(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    scale_before = scaler.get_scale()
+    loss = reference_train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype,
+                                max_norm=max_norm)
+    if scaler.get_scale() < scale_before:  # skipped: "rescue" it with an update by hand
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * torch.nan_to_num(p.grad, nan=1.0).clamp(-1.0, 1.0)
+    return loss
+
+
+def nudges_the_weights(*args, **kwargs):
+    loss = reference_train_step(*args, **kwargs)
+    with torch.no_grad():
+        next(args[0].parameters()).mul_(1.01)
+    return loss
+
+
+def returns_two_losses(*args, **kwargs):
+    loss = reference_train_step(*args, **kwargs)
+    return torch.stack([loss, loss])
+
+
+def returns_text(*args, **kwargs):
+    return f"{reference_train_step(*args, **kwargs).item():.3f}"
+
+
+def returns_loss_plus_one(*args, **kwargs):
+    return reference_train_step(*args, **kwargs) + 1
+
+
+RULE_CASES = {  # rule name: a step whose first mistake that rule names
+    "autocast left on": autocast_left_on,
+    "new GradScaler": new_scaler_inside,
+    "low-precision parameters": half_model,
+    "model never called": lambda *args, **kwargs: torch.tensor(1.0),
+    "autocast for CUDA on CPU tensors": hardcoded_cuda,
+    "forward outside autocast": no_autocast,
+    "autocast dtype ignored": ignores_dtype,
+    "loss never computed": no_loss_fn,
+    "loss outside autocast": loss_outside_autocast,
+    "no backward": no_backward,
+    "backward inside autocast": backward_inside_autocast,
+    "backward on the unscaled loss": backward_unscaled,
+    "loss scaled by something else": scales_twice,
+    "zero_grad after backward": zero_grad_after_backward,
+    "stale gradients": no_zero_grad,
+    "optimizer.step() called directly": optimizer_step_directly,
+    "unscale_ twice": unscale_twice,
+    "unscale_ after step": unscale_after_step,
+    "update before step": update_before_step,
+    "clipping raised on an overflow": clip_raises_on_overflow,
+    "no scaler.step": never_steps,
+    "gradients zeroed before the step": zeroes_grads_by_hand,
+    "no update": no_update,
+    "update more than once": update_twice,
+    "learner error": raises_at_the_end,
+    "clipped scaled gradients against max_norm * scale": scaled_max_norm,
+    "clipped although max_norm is None": clips_when_max_norm_none,
+    "clipped before unscale_": clip_before_unscale,
+    "clipped without unscale_": no_unscale,
+    "changed, but not clipped by total norm": clip_by_value,
+    "clipped after step": clip_after_step,
+    "not clipped": no_clipping,
+    "clipped to another norm": clips_to_half,
+    "loss scale differs": sets_the_scale,
+    "overflowing step not skipped": updates_after_a_skip,
+    "parameters differ": nudges_the_weights,
+    "returned None": returns_nothing,
+    "returned several values": returns_two_losses,
+    "returned something else": returns_text,
+    "returned the scaled loss": returns_scaled_loss,
+    "returned another value": returns_loss_plus_one,
+}
+
+
+def first_named(step):
+    """The first call of ``step`` that the rule tables name, and the rule that names it."""
+    try:
+        for seen in l03.observations(step):
+            rule = first_mistake(l03.TRAIN_STEP_RULES, seen)
+            if rule is not None:
+                return seen, rule
+    finally:
+        switch_autocast_off()
+    raise AssertionError(f"no rule names a mistake in {step}")
+
+
+@pytest.mark.parametrize("name", RULE_CASES)
+def test_each_rule_recognises_its_case(name):
+    with torch.random.fork_rng(devices=[]), one_cpu_thread():
+        seen, rule = first_named(RULE_CASES[name])
+    assert rule.name == name, rule.text(seen)
+    assert rule.matches(seen)
+    assert rule.text(seen).startswith(seen.where)
+
+
+def test_every_rule_has_a_case():
+    assert [rule.name for rule in l03.TRAIN_STEP_RULES] == list(RULE_CASES)

@@ -1,0 +1,307 @@
+"""Lesson 01 checkers: the solution passes, the untouched exercise is "not done", each known wrong answer is
+named, junk never raises; and each rule of the two mistake tables recognises its own case."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+from notebook_code import exercise, solution
+
+from amp_lessons import formats
+from amp_lessons.checks.harness import NOT_DONE
+from amp_lessons.checks.l01_formats import (
+    check_classify,
+    check_stored_value,
+    classify_mistakes,
+    kind_of_stored,
+    model_round,
+    oracle_values,
+    probe_values,
+    same_float,
+    stored_value_mistakes,
+)
+from amp_lessons.formats import BFLOAT16, FLOAT16
+
+NOTEBOOK = "01_precision_formats.ipynb"
+
+
+def _rounding(exponent_bits=None, mantissa_bits=None, **mistake):
+    """A learner-style stored_value with one deliberate mistake (see model_round's options)."""
+    def stored_value(x, fmt):
+        e, m = {"float16": (5, 10), "bfloat16": (8, 7)}[fmt]
+        widths = (exponent_bits or {}).get(fmt, e), (mantissa_bits or {}).get(fmt, m)
+        return model_round(x, *widths, **mistake)
+    return stored_value
+
+
+def keeps_nan_as_zero(x, fmt):
+    return 0.0 if math.isnan(x) else solution(NOTEBOOK, "stored_value")(x, fmt)
+
+
+def loses_negative_zero(x, fmt):
+    value = solution(NOTEBOOK, "stored_value")(x, fmt)
+    return 0.0 if value == 0 else value
+
+
+def returns_x(x, fmt):
+    return x
+
+
+WRONG_STORED_VALUES = {
+    "truncation": (_rounding(rounding="trunc"), "truncated"),
+    "ties away from zero": (_rounding(rounding="away"), "ties to EVEN"),
+    "flush subnormals": (_rounding(subnormals="flush"), "No subnormals"),
+    "full precision below the normals": (_rounding(subnormals="unbounded"), "FEWER significant bits"),
+    "saturate at max": (_rounding(overflow="saturate"), "saturated at max (65504)"),
+    "overflow before rounding": (_rounding(overflow="before_rounding"), "round DOWN to max"),
+    "sign lost": (_rounding(keep_sign=False), "sign is lost"),
+    "negative zero lost": (loses_negative_zero, "Negative zero lost its sign"),
+    "nan not kept": (keeps_nan_as_zero, "NaN must stay NaN"),
+    "bf16 with fp16's mantissa": (_rounding(mantissa_bits={"bfloat16": 10}), "kept float16's 10 for bfloat16"),
+    "bf16 with fp16's exponent": (_rounding(exponent_bits={"bfloat16": 5}), "bfloat16 has float32's 8 exponent bits"),
+    "bf16 done as fp16": (_rounding(exponent_bits={"bfloat16": 5}, mantissa_bits={"bfloat16": 10}),
+                          "stored bfloat16 values as float16"),
+    "fp16 done as bf16": (_rounding(exponent_bits={"float16": 8}, mantissa_bits={"float16": 7}),
+                          "float16 values with bfloat16's layout"),
+    "mantissa off by one": (_rounding(mantissa_bits={"float16": 11, "bfloat16": 8}), "Off by one in the mantissa"),
+    "no rounding at all": (returns_x, "returned x unchanged"),
+}
+
+
+def test_stored_value_solution_passes(strict):
+    started = time.perf_counter()
+    result = check_stored_value(solution(NOTEBOOK, "stored_value"))
+    assert result.passed, result.message
+    assert time.perf_counter() - started < 2.0
+
+
+def test_stored_value_exercise_is_not_done():
+    assert check_stored_value(exercise(NOTEBOOK, "stored_value")).status == NOT_DONE
+
+
+@pytest.mark.parametrize("name", WRONG_STORED_VALUES)
+def test_stored_value_names_each_mistake(name):
+    wrong, words = WRONG_STORED_VALUES[name]
+    result = check_stored_value(wrong)
+    assert not result.passed and result.status == "failed"
+    assert words in result.message, result.message
+    assert "Example: stored_value(" in result.message
+
+
+def test_the_models_are_really_wrong_and_the_right_one_is_right():
+    for fmt in (FLOAT16, BFLOAT16):
+        for x in probe_values(fmt):
+            want = torch.tensor(x, dtype=torch.float32).to(fmt.dtype).item()
+            got = model_round(x, fmt.exponent_bits, fmt.mantissa_bits)
+            assert got == want or (math.isnan(got) and math.isnan(want))
+
+
+def _raises_on_nan(x, fmt):
+    if math.isnan(x):
+        raise ValueError("cannot convert float NaN to integer")
+    return solution(NOTEBOOK, "stored_value")(x, fmt)
+
+
+@pytest.mark.parametrize(
+    "junk, words",
+    [
+        (None, "got None"),
+        ("stored_value", "got a str"),
+        (42, "got a int"),
+        (lambda: 1.0, "signature"),
+        (lambda x: x, "signature"),
+        (lambda x, fmt: None, "returned a NoneType"),
+        (lambda x, fmt: "1.0", "returned a str"),
+        (lambda x, fmt: [x], "returned a list"),
+        (lambda x, fmt: True, "returned a bool"),
+        (lambda x, fmt: 10**400, "not a float"),
+        (lambda x, fmt: math.nan, "returned nan"),
+        (lambda x, fmt: 1.0 + 1j, "returned a complex"),
+        (lambda x, fmt: torch.ones(2), "returned a tensor with 2 elements"),
+        (lambda x, fmt: 1 / 0, "ZeroDivisionError"),
+        (_raises_on_nan, "stored_value(nan, 'float16')` raised an error: ValueError"),
+    ],
+)
+def test_stored_value_never_raises_on_junk(junk, words):
+    result = check_stored_value(junk)
+    assert not result.passed and words in result.message, result.message
+
+
+def test_stored_value_accepts_tensor_and_numpy_scalars():
+    right = solution(NOTEBOOK, "stored_value")
+    assert check_stored_value(lambda x, fmt: torch.tensor(right(x, fmt), dtype=torch.float64)).passed
+    assert check_stored_value(lambda x, fmt: np.float64(right(x, fmt))).passed
+
+
+def _classify_like(**mistake):
+    """A learner-style classify with one deliberate mistake, built on thresholds like the solution."""
+    def classify(values, fmt):
+        e, m = (5, 10) if fmt == "float16" or mistake.get("fp16_range") else (8, 7)
+        bias = 2 ** (e - 1) - 1
+        normal, sub = 2.0 ** (1 - bias), 2.0 ** (1 - bias - m)
+        largest = (2 - 2.0**-m) * 2.0**bias
+        kinds = []
+        for x in values:
+            a = x if mistake.get("signed") else abs(x)
+            if not mistake.get("no_nan") and math.isnan(x):
+                kinds.append("nan")
+            elif (a > largest) if mistake.get("overflow_at_max") else (a >= (2 - 2.0 ** -(m + 1)) * 2.0**bias):
+                kinds.append("normal" if mistake.get("never_inf") and math.isfinite(x) else "inf")
+            elif a >= (normal if mistake.get("raw_normal") else normal - sub / 2):
+                kinds.append("normal")
+            elif mistake.get("flush"):
+                kinds.append("zero")
+            elif (a >= sub) if mistake.get("zero_below_sub") else (a > sub / 2):
+                kinds.append("subnormal")
+            else:
+                kinds.append("subnormal" if mistake.get("never_zero") and x != 0 else "zero")
+        return kinds
+    return classify
+
+
+WRONG_CLASSIFY = {
+    "nan falls through": (_classify_like(no_nan=True), "A NaN input stays NaN"),
+    "x instead of |x|": (_classify_like(signed=True), "compare abs(x) with the thresholds"),
+    "overflow at max": (_classify_like(overflow_at_max=True), "round DOWN to max (65504)"),
+    "never inf": (_classify_like(never_inf=True), "is a tie"),
+    "flush subnormals": (_classify_like(flush=True), "No subnormals"),
+    "zero below the smallest subnormal": (_classify_like(zero_below_sub=True), "round UP to 5.96e-08"),
+    "never zero": (_classify_like(never_zero=True), "rounds to zero"),
+    "raw normal boundary": (_classify_like(raw_normal=True), "round UP to it"),
+    "fp16 range for bf16": (_classify_like(fp16_range=True), "You used float16's range for bfloat16"),
+}
+
+
+def test_classify_solution_passes(strict):
+    started = time.perf_counter()
+    result = check_classify(solution(NOTEBOOK, "classify"))
+    assert result.passed, result.message
+    assert time.perf_counter() - started < 2.0
+
+
+def test_classify_exercise_is_not_done():
+    assert check_classify(exercise(NOTEBOOK, "classify")).status == NOT_DONE
+
+
+@pytest.mark.parametrize("name", WRONG_CLASSIFY)
+def test_classify_names_each_mistake(name):
+    wrong, words = WRONG_CLASSIFY[name]
+    result = check_classify(wrong)
+    assert not result.passed and result.status == "failed"
+    assert words in result.message, result.message
+
+
+def test_classify_via_the_learners_own_stored_value_passes():
+    right = solution(NOTEBOOK, "stored_value")
+
+    def classify(values, fmt):
+        return [formats.decompose(right(x, fmt), fmt).kind for x in values]
+
+    assert check_classify(classify).passed
+
+
+@pytest.mark.parametrize(
+    "junk, words",
+    [
+        (None, "got None"),
+        (lambda values: ["normal"], "signature"),
+        (lambda values, fmt: None, "return a list"),
+        (lambda values, fmt: "normal", "return a list"),
+        (lambda values, fmt: 3, "return a list"),
+        (lambda values, fmt: ["normal"] * 2, "2 labels for 1 values"),
+        (lambda values, fmt: [1 for _ in values], "label 0 is a int"),
+        (lambda values, fmt: ["Normal" for _ in values], "lower case: 'normal'"),
+        (lambda values, fmt: ["denormal" for _ in values], "'subnormal'"),
+        (lambda values, fmt: ["tiny" for _ in values], "not one of"),
+        (lambda values, fmt: [math.nan for _ in values], "label 0 is a float"),
+        (lambda values, fmt: {"a": 1}, "return a list"),
+        (lambda values, fmt: values[0] / 0, "ZeroDivisionError"),
+        (lambda values, fmt: ["normal"] if len(values) == 1 else ["normal"], "labels for"),
+    ],
+)
+def test_classify_never_raises_on_junk(junk, words):
+    result = check_classify(junk)
+    assert not result.passed and words in result.message, result.message
+
+
+def test_classify_accepts_tuples_and_arrays():
+    right = solution(NOTEBOOK, "classify")
+    assert check_classify(lambda values, fmt: tuple(right(values, fmt))).passed
+    assert check_classify(lambda values, fmt: np.array(right(values, fmt))).passed
+
+
+# ------------------------------------------------------------------------------------------------
+# the mistake tables, rule by rule: each recognises the mismatch its mistake produces
+# ------------------------------------------------------------------------------------------------
+
+def _stored(x, fmt):
+    return oracle_values([x], fmt)[0]
+
+
+F16_SUB, F16_NORMAL = FLOAT16.smallest_subnormal, FLOAT16.smallest_normal
+STORED_VALUE_CASES = {  # rule name: (format, x, the learner's wrong value)
+    "nan": (FLOAT16, math.nan, 0.0),
+    "inf": (FLOAT16, math.inf, 65504.0),
+    "unchanged": (FLOAT16, 0.1, 0.1),
+    "negative zero": (FLOAT16, -0.0, 0.0),
+    "sign": (FLOAT16, -0.1, _stored(0.1, FLOAT16)),
+    "truncation": (FLOAT16, 1 + 0.7 * 2.0**-10, 1.0),
+    "ties away": (FLOAT16, 1 + 2.0**-11, 1 + 2.0**-10),
+    "flush": (FLOAT16, 0.5 * F16_NORMAL, 0.0),
+    "subnormal precision": (FLOAT16, 3.3 * F16_SUB, model_round(3.3 * F16_SUB, 5, 10, subnormals="unbounded")),
+    "saturate": (FLOAT16, 1e5, 65504.0),
+    "overflow before rounding": (FLOAT16, 65519.0, math.inf),
+    "bfloat16 for float16": (FLOAT16, 0.1, model_round(0.1, 8, 7)),
+    "float16 for bfloat16": (BFLOAT16, 0.1, model_round(0.1, 5, 10)),
+    "mantissa bits": (BFLOAT16, 1e5, model_round(1e5, 8, 10)),
+    "exponent bits": (BFLOAT16, 1e5, math.inf),
+    "mantissa off by one": (FLOAT16, 0.1, model_round(0.1, 5, 11)),
+}
+
+
+@pytest.mark.parametrize("name", STORED_VALUE_CASES)
+def test_each_stored_value_rule_recognises_its_mistake(name):
+    fmt, x, got = STORED_VALUE_CASES[name]
+    expected = _stored(x, fmt)
+    assert not same_float(got, expected), "the case must be a real mismatch"
+    rules = {rule.name: rule for rule in stored_value_mistakes(fmt)}
+    assert rules[name].matches(x, expected, got)
+    assert isinstance(rules[name].text(x, expected, got), str)
+
+
+def test_every_stored_value_rule_has_a_case():
+    names = {rule.name for fmt in (FLOAT16, BFLOAT16) for rule in stored_value_mistakes(fmt)}
+    assert names == set(STORED_VALUE_CASES)
+
+
+CLASSIFY_CASES = {  # rule name: (format, x, the learner's wrong label)
+    "nan": (FLOAT16, math.nan, "normal"),
+    "inf input": (FLOAT16, -math.inf, "normal"),
+    "zero input": (FLOAT16, -0.0, "subnormal"),
+    "negative values": (FLOAT16, -1.0, "zero"),
+    "float16 range for bfloat16": (BFLOAT16, 1e5, "inf"),
+    "overflow before rounding": (FLOAT16, 65519.0, "inf"),
+    "overflow missed": (FLOAT16, 65520.0, "normal"),
+    "underflow too early": (FLOAT16, 0.75 * F16_SUB, "zero"),
+    "flush": (FLOAT16, 0.5 * F16_NORMAL, "zero"),
+    "underflow missed": (FLOAT16, 0.25 * F16_SUB, "subnormal"),
+    "normal boundary": (FLOAT16, F16_NORMAL - 0.25 * F16_SUB, "subnormal"),
+    "subnormal missed": (FLOAT16, 0.5 * F16_NORMAL, "normal"),
+}
+
+
+@pytest.mark.parametrize("name", CLASSIFY_CASES)
+def test_each_classify_rule_recognises_its_mistake(name):
+    fmt, x, label = CLASSIFY_CASES[name]
+    expected = kind_of_stored(_stored(x, fmt), fmt)
+    assert label != expected, "the case must be a real mismatch"
+    values, labels = [-x, x], [expected, label]  # the positive twin labelled right, x labelled wrong
+    rules = {rule.name: rule for rule in classify_mistakes(fmt, values, labels)}
+    assert rules[name].matches(x, expected, label)
+
+
+def test_every_classify_rule_has_a_case():
+    names = {rule.name for fmt in (FLOAT16, BFLOAT16) for rule in classify_mistakes(fmt, [], [])}
+    assert names == set(CLASSIFY_CASES)

@@ -1,0 +1,462 @@
+"""Lesson 02 checkers four ways (the solution passes, the untouched exercise is "not done", each known wrong
+answer is named, junk never raises), and each rule of the two mistake tables recognises its own case."""
+
+import math
+
+import pytest
+import torch
+from notebook_code import exercise, solution
+
+import amp_lessons.checks.l02_scaling as l02
+from amp_lessons.checks.harness import NOT_DONE
+from amp_lessons.checks.l02_scaling import check_largest_safe_scale, check_lost_fractions
+
+LESSON = "02_fp16_underflow_and_loss_scaling.ipynb"
+F16, BF16 = torch.float16, torch.bfloat16
+REFERENCE_FRACTIONS = solution(LESSON, "lost_fractions")
+REFERENCE_SCALE = solution(LESSON, "largest_safe_scale")
+
+
+# ----------------------------------------------------------------------------- checker 02.1 lost_fractions
+
+
+def test_lost_fractions_solution_passes():
+    result = check_lost_fractions(solution(LESSON, "lost_fractions"))
+    assert result.passed, result.message
+
+
+def test_lost_fractions_untouched_exercise_is_not_done():
+    result = check_lost_fractions(exercise(LESSON, "lost_fractions"))
+    assert result.status == NOT_DONE, result.message
+
+
+def _kept(grad):
+    return grad[torch.isfinite(grad) & (grad != 0)]
+
+
+def frac_thresholds(grad, dtype, scale):
+    v = _kept(grad)
+    if not v.numel():
+        return 0.0, 0.0
+    s = (v * scale).abs()
+    return (s < 2.0**-24).float().mean().item(), (s > 65504).float().mean().item()
+
+
+def frac_cast_first(grad, dtype, scale):
+    v = _kept(grad)
+    if not v.numel():
+        return 0.0, 0.0
+    stored = v.to(dtype) * scale
+    return (stored == 0).float().mean().item(), torch.isinf(stored).float().mean().item()
+
+
+def frac_normal_threshold(grad, dtype, scale):
+    v = _kept(grad)
+    if not v.numel():
+        return 0.0, 0.0
+    stored = (v * scale).to(dtype)
+    return (stored.abs() < torch.finfo(dtype).tiny).float().mean().item(), torch.isinf(stored).float().mean().item()
+
+
+def frac_no_abs(grad, dtype, scale):
+    v = _kept(grad)
+    if not v.numel():
+        return 0.0, 0.0
+    stored = (v * scale).to(dtype)
+    return ((v * scale) < 2.0**-24).float().mean().item(), torch.isinf(stored).float().mean().item()
+
+
+def frac_over_numel(grad, dtype, scale):
+    if not grad.numel():
+        return 0.0, 0.0
+    stored = (_kept(grad) * scale).to(dtype)
+    return (stored == 0).sum().item() / grad.numel(), torch.isinf(stored).sum().item() / grad.numel()
+
+
+def frac_zeros_counted(grad, dtype, scale):
+    v = grad[torch.isfinite(grad)]
+    if not v.numel():
+        return 0.0, 0.0
+    stored = (v * scale).to(dtype)
+    return (stored == 0).float().mean().item(), torch.isinf(stored).float().mean().item()
+
+
+def frac_nan_on_empty(grad, dtype, scale):
+    stored = (_kept(grad) * scale).to(dtype)
+    return (stored == 0).float().mean().item(), torch.isinf(stored).float().mean().item()
+
+
+def frac_divides_by_zero(grad, dtype, scale):
+    v = _kept(grad)
+    stored = (v * scale).to(dtype)
+    return (stored == 0).sum().item() / v.numel(), torch.isinf(stored).sum().item() / v.numel()
+
+
+def frac_off_by_one(grad, dtype, scale):
+    v = _kept(grad)
+    if not v.numel():
+        return 0.0, 0.0
+    s = v * scale
+    tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps / 2  # 2^-25 for FP16
+    return (s.abs() < tiny).float().mean().item(), torch.isinf(s.to(dtype)).float().mean().item()
+
+
+def frac_always_fp16(grad, dtype, scale):
+    return REFERENCE_FRACTIONS(grad, torch.float16, scale)
+
+
+def frac_swapped(grad, dtype, scale):
+    return REFERENCE_FRACTIONS(grad, dtype, scale)[::-1]
+
+
+def frac_percent(grad, dtype, scale):
+    return tuple(100 * v for v in REFERENCE_FRACTIONS(grad, dtype, scale))
+
+
+@pytest.mark.parametrize(
+    "wrong, named",
+    [
+        (frac_thresholds, "instead of casting"),
+        (frac_cast_first, "scaled afterwards"),
+        (frac_normal_threshold, "smallest *normal* 2^-14"),
+        (frac_no_abs, "ignored the sign"),
+        (frac_over_numel, "grad.numel()"),
+        (frac_zeros_counted, "already 0 in FP32"),
+        (frac_nan_on_empty, "0/0"),
+        (frac_divides_by_zero, "instead of dividing by zero"),
+        (frac_off_by_one, "compared with 2^-25"),
+        (frac_always_fp16, "ignores `dtype`"),
+        (frac_swapped, "(underflow, overflow), in that order"),
+        (frac_percent, "percentages"),
+    ],
+    ids=lambda v: getattr(v, "__name__", "")[:30],
+)
+def test_lost_fractions_names_each_mistake(wrong, named):
+    result = check_lost_fractions(wrong)
+    assert not result.passed and result.status == "failed"
+    assert named in result.message, result.message
+
+
+@pytest.mark.parametrize(
+    "junk, expected",
+    [
+        (None, "got None"),
+        ("lost_fractions", "got a str"),
+        (lambda grad: 0.0, "signature"),
+        (lambda grad, dtype, scale: 0.5, "return a tuple"),
+        (lambda grad, dtype, scale: (0.1, 0.2, 0.3), "return a tuple"),
+        (lambda grad, dtype, scale: (float("nan"), 0.0), "NaN"),
+        (lambda grad, dtype, scale: (torch.zeros(3), 0.0), "tensor with 3 elements"),
+        (lambda grad, dtype, scale: ("a", "b"), "return a number"),
+        (lambda grad, dtype, scale: grad[10**9], "IndexError"),
+    ],
+)
+def test_lost_fractions_junk_never_raises(junk, expected):
+    result = check_lost_fractions(junk)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+def test_lost_fractions_check_is_fast():
+    import time
+
+    start = time.perf_counter()
+    check_lost_fractions(solution(LESSON, "lost_fractions"))
+    assert time.perf_counter() - start < 2.0
+
+
+# ----------------------------------------------------------------------------- checker 02.2 largest_safe_scale
+
+
+def test_largest_safe_scale_solution_passes():
+    result = check_largest_safe_scale(solution(LESSON, "largest_safe_scale"))
+    assert result.passed, result.message
+
+
+def test_largest_safe_scale_untouched_exercise_is_not_done():
+    result = check_largest_safe_scale(exercise(LESSON, "largest_safe_scale"))
+    assert result.status == NOT_DONE, result.message
+
+
+def _all(grads):
+    return torch.cat([g.reshape(-1).float() for g in grads] + [torch.zeros(0)])
+
+
+def _reference(grads, dtype, max_exponent=24):
+    return REFERENCE_SCALE(grads, dtype, max_exponent)
+
+
+def scale_too_big(grads, dtype, max_exponent=24):
+    answer = _reference(grads, dtype, max_exponent)
+    return None if answer is None else 2 * answer
+
+
+def scale_too_small(grads, dtype, max_exponent=24):
+    answer = _reference(grads, dtype, max_exponent)
+    return None if answer is None or answer == 2.0**max_exponent else answer / 2
+
+
+def scale_signed_max(grads, dtype, max_exponent=24):
+    values = _all(grads)
+    if not torch.isfinite(values).all():
+        return None
+    if not values.numel() or values.max() <= 0:
+        return 2.0**max_exponent
+    return _reference([values.max().reshape(1)], dtype, max_exponent)
+
+
+def scale_threshold_65504(grads, dtype, max_exponent=24):
+    values = _all(grads)
+    if not torch.isfinite(values).all():
+        return None
+    largest = values.abs().max().item() if values.numel() else 0.0
+    if largest == 0:
+        return 2.0**max_exponent
+    return 2.0 ** min(max_exponent, math.floor(math.log2(torch.finfo(dtype).max / largest)))
+
+
+def scale_threshold_65536(grads, dtype, max_exponent=24):
+    values = _all(grads)
+    if not torch.isfinite(values).all():
+        return None
+    largest = values.abs().max().item() if values.numel() else 0.0
+    if largest == 0:
+        return 2.0**max_exponent
+    k = max_exponent
+    while largest * 2.0**k >= 2.0 ** math.ceil(math.log2(torch.finfo(dtype).max)):
+        k -= 1
+    return 2.0**k
+
+
+def scale_ignores_inf(grads, dtype, max_exponent=24):
+    values = _all(grads)
+    return _reference([values[torch.isfinite(values)]], dtype, max_exponent)
+
+
+def scale_log_of_zero(grads, dtype, max_exponent=24):
+    values = _all(grads)
+    math.log2(values.abs().max().item())  # max() of nothing raises; log2(0) raises on all-zero gradients
+    return _reference(grads, dtype, max_exponent)
+
+
+def scale_none_for_zeros(grads, dtype, max_exponent=24):
+    values = _all(grads)
+    if not values.numel() or values.abs().max() == 0:
+        return None
+    return _reference(grads, dtype, max_exponent)
+
+
+def scale_first_only(grads, dtype, max_exponent=24):
+    return _reference(grads[:1], dtype, max_exponent)
+
+
+def scale_cast_first(grads, dtype, max_exponent=24):
+    if any(not torch.isfinite(g.to(dtype)).all() for g in grads):
+        return None
+    return _reference(grads, dtype, max_exponent)
+
+
+def scale_at_least_one(grads, dtype, max_exponent=24):
+    answer = _reference(grads, dtype, max_exponent)
+    return None if answer is None else max(answer, 1.0)
+
+
+def scale_always_fp16(grads, dtype, max_exponent=24):
+    return _reference(grads, torch.float16, max_exponent)
+
+
+def scale_no_cap(grads, dtype, max_exponent=24):
+    values = _all(grads)
+    if values.numel() and torch.isfinite(values).all() and values.abs().max() > 0:
+        return _reference(grads, dtype, 200)
+    return _reference(grads, dtype, max_exponent)
+
+
+def scale_not_power_of_two(grads, dtype, max_exponent=24):
+    values = _all(grads)
+    if not torch.isfinite(values).all():
+        return None
+    if not values.numel() or values.abs().max() == 0:
+        return 2.0**max_exponent
+    return min(2.0**max_exponent, torch.finfo(dtype).max / values.abs().max().item())
+
+
+@pytest.mark.parametrize(
+    "wrong, named",
+    [
+        (scale_too_big, "twice the largest safe one"),
+        (scale_too_small, "half the largest safe one"),
+        (scale_signed_max, "ignored the sign"),
+        (scale_threshold_65504, "values below 65520 round *down*"),
+        (scale_threshold_65536, "2^16 = 65536"),
+        (scale_ignores_inf, "return None (skip this step"),
+        (scale_log_of_zero, "return the cap"),
+        (scale_none_for_zeros, "the answer is the cap"),
+        (scale_first_only, "only at the first tensor"),
+        (scale_cast_first, "returned None for finite gradients"),
+        (scale_at_least_one, "below 1"),
+        (scale_always_fp16, "ignores `dtype`"),
+        (scale_no_cap, "larger than 2**max_exponent"),
+        (scale_not_power_of_two, "not a power of two"),
+    ],
+    ids=lambda v: getattr(v, "__name__", "")[:30],
+)
+def test_largest_safe_scale_names_each_mistake(wrong, named):
+    result = check_largest_safe_scale(wrong)
+    assert not result.passed and result.status == "failed"
+    assert named in result.message, result.message
+
+
+@pytest.mark.parametrize(
+    "junk, expected",
+    [
+        (None, "got None"),
+        (42, "got a int"),
+        (lambda grads: 1.0, "signature"),
+        (lambda grads, dtype, max_exponent: "2^16", "return a number"),
+        (lambda grads, dtype, max_exponent: True, "bool"),
+        (lambda grads, dtype, max_exponent: float("nan"), "positive, finite power of two"),
+        (lambda grads, dtype, max_exponent: -4.0, "positive, finite power of two"),
+        (lambda grads, dtype, max_exponent: torch.ones(2), "tensor with 2 elements"),
+        (lambda grads, dtype, max_exponent: grads.shape, "AttributeError"),
+    ],
+)
+def test_largest_safe_scale_junk_never_raises(junk, expected):
+    result = check_largest_safe_scale(junk)
+    assert not result.passed and result.status == "failed"
+    assert expected in result.message, result.message
+
+
+def test_largest_safe_scale_accepts_an_int_power_of_two_and_a_tensor():
+    reference = solution(LESSON, "largest_safe_scale")
+
+    def as_tensor(grads, dtype, max_exponent=24):
+        answer = reference(grads, dtype, max_exponent)
+        return None if answer is None else torch.tensor(answer)
+
+    assert check_largest_safe_scale(as_tensor).passed
+
+
+def test_checks_run_in_strict_mode_on_the_solution(strict):
+    assert check_lost_fractions(solution(LESSON, "lost_fractions")).passed
+    assert check_largest_safe_scale(solution(LESSON, "largest_safe_scale")).passed
+
+
+# ----------------------------------------------------------------------------- the mistake tables, rule by rule
+
+
+def frac_counts(grad, dtype, scale):
+    return tuple(v * _kept(grad).numel() for v in REFERENCE_FRACTIONS(grad, dtype, scale))
+
+
+def frac_no_scale(grad, dtype, scale):
+    return REFERENCE_FRACTIONS(grad, dtype, 1.0)
+
+
+def frac_below_2_23(grad, dtype, scale):
+    v = _kept(grad) * scale
+    if not v.numel():
+        return 0.0, 0.0
+    tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps  # 2^-24 for FP16
+    return (v.abs() < 2 * tiny).float().mean().item(), torch.isinf(v.to(dtype)).float().mean().item()
+
+
+def frac_65536(grad, dtype, scale):
+    v = _kept(grad) * scale
+    if not v.numel():
+        return 0.0, 0.0
+    limit = 2.0 ** math.ceil(math.log2(torch.finfo(dtype).max))
+    return (v.to(dtype) == 0).float().mean().item(), (v.abs() >= limit).float().mean().item()
+
+
+def frac_signed_thresholds(grad, dtype, scale):
+    v = _kept(grad) * scale
+    if not v.numel():
+        return 0.0, 0.0
+    tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
+    return (v < tiny).float().mean().item(), (v > torch.finfo(dtype).max).float().mean().item()
+
+
+def frac_positive_inf_only(grad, dtype, scale):
+    stored = (_kept(grad) * scale).to(dtype)
+    if not stored.numel():
+        return 0.0, 0.0
+    return (stored == 0).float().mean().item(), (stored == float("inf")).float().mean().item()
+
+
+def frac_zeros_and_inf_counted(grad, dtype, scale):
+    stored = (grad[~torch.isnan(grad)] * scale).to(dtype)
+    if not grad.numel():
+        return 0.0, 0.0
+    return (stored == 0).sum().item() / grad.numel(), torch.isinf(stored).sum().item() / grad.numel()
+
+
+def frac_nonfinite_kept(grad, dtype, scale):
+    stored = (grad[grad != 0] * scale).to(dtype)
+    if not stored.numel():
+        return 0.0, 0.0
+    return (stored == 0).float().mean().item(), (~torch.isfinite(stored)).float().mean().item()
+
+
+FRACTION_RULE_CASES = {  # rule name: a learner-style lost_fractions with that mistake
+    "swapped": frac_swapped,
+    "percent": frac_percent,
+    "counts": frac_counts,
+    "no scale": frac_no_scale,
+    "cast first": frac_cast_first,
+    "normal threshold": frac_normal_threshold,
+    "thresholds": frac_thresholds,
+    "2^-23": frac_below_2_23,
+    "2^-25": frac_off_by_one,
+    "65536": frac_65536,
+    "no abs": frac_signed_thresholds,
+    "positive inf only": frac_positive_inf_only,
+    "over numel": frac_over_numel,
+    "zeros counted": frac_zeros_and_inf_counted,
+    "zeros counted finite": frac_zeros_counted,
+    "nonfinite kept": frac_nonfinite_kept,
+    "always fp16": frac_always_fp16,
+}
+
+SCALE_RULE_CASES = {  # rule name: a learner-style largest_safe_scale with that mistake
+    "too big": scale_too_big,
+    "too small": scale_too_small,
+    "65504 compare": scale_threshold_65504,
+    "65536": scale_threshold_65536,
+    "signed max": scale_signed_max,
+    "first only": scale_first_only,
+    "no cap": scale_no_cap,
+    "at least one": scale_at_least_one,
+    "always fp16": scale_always_fp16,
+}
+
+
+def _revealing_case(wrong, cases, oracle):
+    """The first checker input on which ``wrong`` disagrees with the oracle, with its answer."""
+    for case in cases:
+        answer = wrong(*case[1:])
+        if not l02._matches(answer, oracle(*case[1:])):
+            return case, answer
+    raise AssertionError(f"{wrong.__name__} agrees with the oracle on every input")
+
+
+@pytest.mark.parametrize("name", FRACTION_RULE_CASES)
+def test_each_fraction_rule_recognises_its_mistake(name):
+    cases = l02._fraction_cases() + l02._edge_fraction_cases()
+    case, answer = _revealing_case(FRACTION_RULE_CASES[name], cases, l02._oracle_fractions)
+    rule = {rule.name: rule for rule in l02.FRACTION_MISTAKES}[name]
+    assert rule.matches(case, answer), case[0]
+
+
+@pytest.mark.parametrize("name", SCALE_RULE_CASES)
+def test_each_scale_rule_recognises_its_mistake(name):
+    special = l02._special_scale_cases()
+    cases = l02._scale_cases() + special["inf"] + special["zero"]
+    case, answer = _revealing_case(SCALE_RULE_CASES[name], cases, l02._oracle_scale)
+    rule = {rule.name: rule for rule in l02.SCALE_MISTAKES}[name]
+    assert rule.matches(case, answer), case[0]
+
+
+def test_every_rule_has_a_case():
+    assert {rule.name for rule in l02.FRACTION_MISTAKES} == set(FRACTION_RULE_CASES)
+    assert {rule.name for rule in l02.SCALE_MISTAKES} == set(SCALE_RULE_CASES)
