@@ -1,6 +1,8 @@
 """Lesson 03: the mixed-precision training step, written once, in the order the lessons teach.
 
-Lessons 05-07 and the checkers reuse ``train_step``; lesson 03 teaches it line by line.
+Lessons 05-07 and the checkers reuse ``train_step``; lesson 03 teaches it line by line. One function does the
+step; ``guards=True`` switches on diagnostic guards that stop on inf/NaN, and ``guarded_train_step`` is the
+same call with the guards always on (the name lesson 03 uses when it introduces them).
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ def train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torc
       gradients that are ``scale`` times too large;
     - ``scaler.step`` skips the optimizer when any gradient is inf/NaN, and ``update`` adapts the scale.
 
-    ``guards=True`` adds the diagnostic guards of lesson 03 (see ``guarded_train_step``).
+    ``guards=True`` adds the diagnostic guards of lesson 03; they raise ``NonFiniteError`` when
+    - the **loss** is not finite: loss scaling cannot fix a forward pass that already produced inf/NaN;
+    - the **unscaled gradients** or their **total norm** are not finite. With an enabled GradScaler this is
+      often just the scaler calibrating (a scaled FP16 gradient overflowed; ``scaler.step`` will skip and
+      ``update`` will back off), so ``allow_overflow_skips=True`` lets those through and only a non-finite
+      loss stops the run. Set it to False to stop at the first overflow and look at it.
+
+    Why guards are off by default: each guard turns a device tensor into a Python bool
+    (``bool(torch.isfinite(x))``), which makes the CPU wait for the GPU to finish everything queued so far (a
+    synchronisation). That is cheap on a CPU and costly on a GPU; keep guards off whenever you time a
+    training step (lesson 07).
     """
     device_type = inputs.device.type
     optimizer.zero_grad(set_to_none=True)
@@ -47,26 +59,18 @@ def train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torc
 
 
 class NonFiniteError(FloatingPointError):
-    """Raised by ``guarded_train_step`` when a guard sees inf/NaN; the message says where and at what scale."""
+    """Raised by a guarded step when a guard sees inf/NaN; the message says where and at what scale."""
 
 
-def guarded_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torch.float16, max_norm=None,
-                       guards=True, allow_overflow_skips=True):
-    """``train_step`` with optional diagnostic guards that stop on inf/NaN; returns the unscaled loss.
+def guarded_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype=torch.float16,
+                       max_norm=None, allow_overflow_skips=True):
+    """``train_step(..., guards=True)``: the step with its diagnostic guards on; returns the unscaled loss.
 
-    With ``guards=True`` it raises ``NonFiniteError`` when
-    - the **loss** is not finite: loss scaling cannot fix a forward pass that already produced inf/NaN;
-    - the **unscaled gradients** or their **total norm** are not finite. With an enabled GradScaler this is
-      often just the scaler calibrating (a scaled FP16 gradient overflowed; ``scaler.step`` will skip and
-      ``update`` will back off), so ``allow_overflow_skips=True`` lets those through and only a non-finite
-      loss stops the run. Set it to False to stop at the first overflow and look at it.
-
-    Why guards are an *option*: each guard turns a device tensor into a Python bool (``bool(torch.isfinite(x))``),
-    which makes the CPU wait for the GPU to finish everything queued so far (a synchronisation). That is
-    cheap on a CPU and costly on a GPU; keep guards off whenever you time a training step (lesson 07).
+    Raises ``NonFiniteError`` on a non-finite loss, and on non-finite gradients unless they are an overflow
+    the scaler will skip (``allow_overflow_skips``). For a step without guards call ``train_step``.
     """
     return train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype, max_norm=max_norm,
-                      guards=guards, allow_overflow_skips=allow_overflow_skips)
+                      guards=True, allow_overflow_skips=allow_overflow_skips)
 
 
 def _guard_loss(loss) -> None:
@@ -85,7 +89,8 @@ def _guard_gradients(model, optimizer, scaler, allow_overflow_skips: bool) -> No
     overflow = scaler.is_enabled()
     if overflow and allow_overflow_skips:
         return
-    bad = [name for name, p in model.named_parameters() if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
+    bad = [name for name, p in model.named_parameters()
+           if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
     raise NonFiniteError(
         f"non-finite gradients (total norm {total.item()}) in {', '.join(bad) or 'some parameters'} "
         f"at loss scale {scale_text(scaler.get_scale())}"
@@ -96,6 +101,11 @@ def _guard_gradients(model, optimizer, scaler, allow_overflow_skips: bool) -> No
 
 
 def total_grad_norm(parameters) -> torch.Tensor:
+    """The 2-norm of all gradients together, as a tensor (missing gradients count as zero).
+
+    It is computed in float32 and inf/NaN stay visible, so it is what the guards test, and what lesson 03's
+    checker compares with ``max_norm`` to see whether (and how) a step clipped.
+    """
     norms = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
     if not norms:
         return torch.zeros(())

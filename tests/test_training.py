@@ -1,5 +1,6 @@
 """Lesson 03 helpers: the reference step, diagnostic guards, the autocast policy table, the GradScaler simulator."""
 
+import inspect
 import math
 import warnings
 
@@ -76,6 +77,18 @@ def test_guarded_step_equals_train_step_when_nothing_is_wrong():
     lb = guarded_train_step(*b[:3], nn.functional.cross_entropy, *b[3:], dtype=torch.bfloat16, max_norm=0.5)
     assert torch.equal(la, lb)
     assert all(torch.equal(p, q) for p, q in zip(a[0].parameters(), b[0].parameters()))
+
+
+def test_guarded_step_is_train_step_with_guards_on():
+    """One step, one switch: guarded_train_step has no ``guards`` argument to turn its guards off."""
+    assert "guards" not in inspect.signature(guarded_train_step).parameters
+    model, optimizer, scaler, inputs, targets = make_run()
+    bad = inputs.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match="non-finite loss"):
+        train_step(model, optimizer, scaler, nn.functional.cross_entropy, bad, targets, guards=True)
+    loss = train_step(model, optimizer, scaler, nn.functional.cross_entropy, bad, targets)  # guards off
+    assert math.isnan(loss.item())
 
 
 # ------------------------------------------------------------------------------------ autocast policy
