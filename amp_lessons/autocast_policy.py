@@ -1,4 +1,4 @@
-"""Lesson 03: autocast is a per-op *policy*, not a conversion: measure it here, next to CUDA's documented lists.
+"""Lesson 03: autocast is a per-op *policy*, not a conversion: measured here, next to CUDA's documented lists.
 
 Inside ``torch.autocast`` nothing is converted up front. Each op, when it runs, looks itself up in the
 device's policy and either
@@ -9,14 +9,16 @@ device's policy and either
 - is not listed at all and simply runs in whatever dtype its inputs have (ordinary type promotion).
 
 The lists are *per device*. CPU autocast lists far fewer float32 ops than CUDA, so on a CPU a softmax of an
-FP16 activation stays FP16, while on CUDA the same line returns float32. ``policy_table`` measures the dtype each
-op really returns on this machine and puts it next to what CUDA's lists predict, taken from the op reference in
-the PyTorch docs (https://pytorch.org/docs/stable/amp.html#autocast-op-reference, sections "CUDA Ops that can
-autocast to float16", "... to float32" and "... that promote to the widest input type"; for BF16 the same
-lists apply with bfloat16 in place of float16). On a GPU both columns come from CUDA and should agree.
+FP16 activation stays FP16, while on CUDA the same line returns float32. ``policy_table`` measures the dtype
+each op really returns on this machine and puts it next to what CUDA's lists predict, taken from the op
+reference in the PyTorch docs (https://pytorch.org/docs/stable/amp.html#autocast-op-reference, sections "CUDA
+Ops that can autocast to float16", "... to float32" and "... that promote to the widest input type"; for BF16
+the same lists apply with bfloat16 in place of float16). On a GPU both columns come from CUDA and should
+agree.
 
 The model's parameters are never converted: autocast casts a *copy* of each FP32 weight for the op that needs
-it (and caches the copy until the ``with`` block ends). The FP32 master weights are what the optimizer updates.
+it (and caches the copy until the ``with`` block ends). The FP32 master weights are what the optimizer
+updates.
 """
 
 from __future__ import annotations
@@ -38,16 +40,17 @@ CUDA_LOWER_PRECISION = frozenset({
     "LSTMCell", "matmul", "mm", "mv", "prelu", "RNNCell",
 })
 CUDA_FLOAT32 = frozenset({
-    "__pow__", "__rdiv__", "__rpow__", "__rtruediv__", "acos", "asin", "binary_cross_entropy_with_logits", "cosh",
-    "cosine_embedding_loss", "cdist", "cosine_similarity", "cross_entropy", "cumprod", "cumsum", "dist", "erfinv",
-    "exp", "expm1", "group_norm", "hinge_embedding_loss", "kl_div", "l1_loss", "layer_norm", "log", "log_softmax",
-    "log10", "log1p", "log2", "margin_ranking_loss", "mse_loss", "multilabel_margin_loss", "multi_margin_loss",
-    "nll_loss", "norm", "normalize", "pdist", "poisson_nll_loss", "pow", "prod", "reciprocal", "rsqrt", "sinh",
-    "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "sum", "renorm", "tan",
-    "triplet_margin_loss",
+    "__pow__", "__rdiv__", "__rpow__", "__rtruediv__", "acos", "asin", "binary_cross_entropy_with_logits",
+    "cosh", "cosine_embedding_loss", "cdist", "cosine_similarity", "cross_entropy", "cumprod", "cumsum",
+    "dist", "erfinv", "exp", "expm1", "group_norm", "hinge_embedding_loss", "kl_div", "l1_loss", "layer_norm",
+    "log", "log_softmax", "log10", "log1p", "log2", "margin_ranking_loss", "mse_loss",
+    "multilabel_margin_loss", "multi_margin_loss", "nll_loss", "norm", "normalize", "pdist",
+    "poisson_nll_loss", "pow", "prod", "reciprocal", "rsqrt", "sinh", "smooth_l1_loss", "soft_margin_loss",
+    "softmax", "softmin", "softplus", "sum", "renorm", "tan", "triplet_margin_loss",
 })
 CUDA_PROMOTE = frozenset({
-    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sample", "index_put", "scatter_add", "tensordot",
+    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sample", "index_put", "scatter_add",
+    "tensordot",
 })
 
 MEASURED = "measured here"
@@ -55,7 +58,10 @@ CUDA_DOCS = "CUDA policy (from the docs)"
 
 
 def cuda_list(op: str) -> str:
-    """Which of CUDA's documented autocast lists ``op`` is on: 'lower precision', 'float32', 'promote' or 'not listed'."""
+    """Which of CUDA's documented autocast lists ``op`` is on.
+
+    One of 'lower precision', 'float32', 'promote' or 'not listed'.
+    """
     if op in CUDA_LOWER_PRECISION:
         return "lower precision"
     if op in CUDA_FLOAT32:
@@ -110,7 +116,8 @@ OP_CASES = (
     OpCase("h.mean()", "mean", ("low",), lambda t, h: h.mean()),
     OpCase("exp(h)", "exp", ("low",), lambda t, h: torch.exp(h)),
     OpCase("h.pow(2)", "pow", ("low",), lambda t, h: h.pow(2)),
-    OpCase("cross_entropy(h, labels)", "cross_entropy", ("low",), lambda t, h: F.cross_entropy(h, t["labels"])),
+    OpCase("cross_entropy(h, labels)", "cross_entropy", ("low",),
+           lambda t, h: F.cross_entropy(h, t["labels"])),
     OpCase("mse_loss(h, target)", "mse_loss", ("low", "fp32"), lambda t, h: F.mse_loss(h, t["target"])),
     OpCase("add  h + h", "add", ("low", "low"), lambda t, h: h + h),
     OpCase("add  h + x (residual)", "add", ("low", "fp32"), lambda t, h: h + t["x"]),
@@ -135,14 +142,14 @@ def cuda_expected_dtype(case: OpCase, dtype: torch.dtype) -> torch.dtype:
 
 
 def measure_op(case: OpCase, device: torch.device, dtype: torch.dtype, tensors: dict | None = None) -> str:
-    """Run ``case`` under ``torch.autocast(device.type, dtype)`` and return the output dtype (or what went wrong)."""
+    """Run ``case`` under ``torch.autocast(device.type, dtype)``; the output dtype (or what went wrong)."""
     tensors = tensors if tensors is not None else _tensors(device)
     try:
         with torch.autocast(device_type=device.type, dtype=dtype):
             h = F.linear(tensors["x"], tensors["w"], tensors["b"])  # an activation, as autocast makes it here
             out = case.run(tensors, h)
         return dtype_name(out.dtype)
-    except Exception as exc:  # an op this build cannot run in this dtype is a result worth showing, not a crash
+    except Exception as exc:  # an op this build cannot run in this dtype: a result worth showing, not a crash
         return f"error: {type(exc).__name__}"
 
 
@@ -163,7 +170,8 @@ def policy_table(device: torch.device | str = "cpu", dtypes=(torch.float16, torc
     tensors = _tensors(device)
     rows = []
     for case in OP_CASES:
-        row = {"op": case.label, "inputs": ", ".join(case.inputs), "CUDA list (docs)": cuda_list(case.docs_name)}
+        row = {"op": case.label, "inputs": ", ".join(case.inputs),
+               "CUDA list (docs)": cuda_list(case.docs_name)}
         differs = []
         for dtype in dtypes:
             measured = measure_op(case, device, dtype, tensors)
@@ -178,7 +186,7 @@ def policy_table(device: torch.device | str = "cpu", dtypes=(torch.float16, torc
 
 
 def styled(table):
-    """Highlight the rows where the measured dtype differs from CUDA's lists (falls back to the plain table)."""
+    """Highlight the rows where the measured dtype differs from CUDA's lists (else the plain table)."""
     try:
         return table.style.apply(
             lambda row: ["background-color: #fff3cd" if row["differs"] else "" for _ in row], axis=1
@@ -191,7 +199,8 @@ def _as_device(device) -> torch.device:
     try:
         return torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device={device!r} is not a torch device; pass env.device, 'cpu' or 'cuda'.") from None
+        raise ValueError(f"device={device!r} is not a torch device; pass env.device, 'cpu' or "
+                         "'cuda'.") from None
 
 
 def parameter_dtypes(model: torch.nn.Module) -> dict:

@@ -84,7 +84,7 @@ class FloatFormat:
 
     @property
     def overflow_threshold(self) -> float:
-        """The smallest magnitude that rounds to infinity: ``max + ulp(max)/2`` (a tie, which rounds to even = inf)."""
+        """The smallest magnitude that rounds to infinity: ``max + ulp(max)/2`` (a tie; to even = inf)."""
         return math.ldexp(2.0 - 2.0 ** -(self.mantissa_bits + 1), self.emax)
 
     def log2(self) -> tuple[float, float, float]:
@@ -102,11 +102,12 @@ _ALIASES = {
     "float16": FLOAT16, "fp16": FLOAT16, "half": FLOAT16,
     "bfloat16": BFLOAT16, "bf16": BFLOAT16,
 }
-_SUPPORTED = "torch.float32, torch.float16 or torch.bfloat16 (or the strings 'float32', 'float16', 'bfloat16')"
+_SUPPORTED = ("torch.float32, torch.float16 or torch.bfloat16 "
+              "(or the strings 'float32', 'float16', 'bfloat16')")
 
 
 def get_format(dtype) -> FloatFormat:
-    """The :class:`FloatFormat` for ``torch.float32/float16/bfloat16`` (or their names); clear errors otherwise."""
+    """The :class:`FloatFormat` for ``torch.float32/float16/bfloat16`` (or their names); clear errors else."""
     if isinstance(dtype, FloatFormat):
         return dtype
     if isinstance(dtype, torch.dtype):
@@ -119,19 +120,22 @@ def get_format(dtype) -> FloatFormat:
         if key in _ALIASES:
             return _ALIASES[key]
         raise ValueError(f"Unknown format {dtype!r}; use {_SUPPORTED}.")
-    raise TypeError(f"dtype must be a torch dtype such as torch.float16, not a {type(dtype).__name__}; use {_SUPPORTED}.")
+    raise TypeError(f"dtype must be a torch dtype such as torch.float16, not a {type(dtype).__name__}; use "
+                    f"{_SUPPORTED}.")
 
 
 def _as_float(x) -> float:
-    """A Python float for any real number (int, float, NumPy scalar, one-element tensor); clear errors otherwise."""
+    """A Python float for a real number (int, float, NumPy scalar, one-element tensor); clear errors else."""
     if isinstance(x, torch.Tensor):
         if x.numel() != 1:
-            raise ValueError(f"decompose takes one number, but got a tensor with {x.numel()} elements; pass t.item().")
+            raise ValueError(f"decompose takes one number, but got a tensor with {x.numel()} elements; "
+                             "pass t.item().")
         if x.is_complex():
             raise TypeError("decompose takes a real number, not a complex tensor.")
         return float(x.item())
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        if hasattr(x, "dtype") and hasattr(x, "item") and getattr(x, "size", 2) == 1:  # NumPy scalars and 1-element arrays
+        # NumPy scalars and one-element arrays
+        if hasattr(x, "dtype") and hasattr(x, "item") and getattr(x, "size", 2) == 1:
             return _as_float(x.item())
         hint = " Convert it first, e.g. float('0.1')." if isinstance(x, str) else ""
         raise TypeError(f"decompose takes a real number such as 0.1, not a {type(x).__name__} ({x!r}).{hint}")
@@ -148,11 +152,12 @@ def _as_float(x) -> float:
 def encode(x: float, fmt: FloatFormat) -> tuple[int, int, int]:
     """``(sign, biased_exponent, mantissa)`` of ``x`` rounded once to ``fmt``, ties to even.
 
-    How: write ``|x| = q * 2^(e - mantissa_bits)`` where ``e`` is the exponent of ``|x|``'s leading bit, but never
-    below ``emin`` (that clamp is what makes subnormals: below the smallest normal the spacing stays
-    ``2^(emin - mantissa_bits)``). Then ``q`` is a real number with at most ``mantissa_bits + 1`` integer bits, and
-    rounding the number to the format is rounding ``q`` to an integer, ties to even (Python's ``round``). If that
-    carries into a new bit the exponent grows by one; past ``emax`` the result is infinity.
+    How: write ``|x| = q * 2^(e - mantissa_bits)`` where ``e`` is the exponent of ``|x|``'s leading bit, but
+    never below ``emin`` (that clamp is what makes subnormals: below the smallest normal the spacing stays
+    ``2^(emin - mantissa_bits)``). Then ``q`` is a real number with at most ``mantissa_bits + 1`` integer
+    bits, and rounding the number to the format is rounding ``q`` to an integer, ties to even (Python's
+    ``round``). If that carries into a new bit the exponent grows by one; past ``emax`` the result is
+    infinity.
     """
     sign = 1 if math.copysign(1.0, x) < 0 else 0
     all_ones = 2**fmt.exponent_bits - 1
@@ -164,7 +169,8 @@ def encode(x: float, fmt: FloatFormat) -> tuple[int, int, int]:
     if magnitude == 0.0:
         return sign, 0, 0
     exponent = max(math.frexp(magnitude)[1] - 1, fmt.emin)
-    q = round(math.ldexp(magnitude, fmt.mantissa_bits - exponent))  # exact scaling by a power of two, then RNE
+    # exact scaling by a power of two, then round to nearest, ties to even
+    q = round(math.ldexp(magnitude, fmt.mantissa_bits - exponent))
     if q == 2 ** (fmt.mantissa_bits + 1):  # rounding carried into the next binade (e.g. 1.111..1 -> 10.0)
         q //= 2
         exponent += 1
@@ -184,7 +190,8 @@ def decode(sign: int, biased_exponent: int, mantissa: int, fmt: FloatFormat) -> 
     elif biased_exponent == 0:
         magnitude = math.ldexp(mantissa, fmt.emin - fmt.mantissa_bits)
     else:
-        magnitude = math.ldexp(mantissa + 2**fmt.mantissa_bits, biased_exponent - fmt.bias - fmt.mantissa_bits)
+        magnitude = math.ldexp(mantissa + 2**fmt.mantissa_bits,
+                               biased_exponent - fmt.bias - fmt.mantissa_bits)
     return -magnitude if sign else magnitude
 
 
@@ -216,7 +223,7 @@ class Decomposition:
 
     @property
     def exponent_value(self) -> int | None:
-        """The power of two the significand is scaled by (``emin`` for subnormals); None for zero, inf, NaN."""
+        """The power of two the significand is scaled by (``emin`` for subnormals); None: zero, inf, NaN."""
         if self.kind == "normal":
             return int(self.exponent, 2) - self.format.bias
         if self.kind == "subnormal":
@@ -297,21 +304,23 @@ class Decomposition:
                 f"({self.kind}; abs error {self.abs_error:.3g}, rel error {self.rel_error:.3g})")
 
     def _repr_html_(self) -> str:
-        return f"<div>{bits_html(self)} &rarr; <code>{self.value!r}</code> ({self.kind}; {html.escape(self.note)})</div>"
+        return (f"<div>{bits_html(self)} &rarr; <code>{self.value!r}</code> "
+                f"({self.kind}; {html.escape(self.note)})</div>")
 
 
 def decompose(x, dtype) -> Decomposition:
-    """Split ``x`` as it is stored in ``dtype`` (torch.float32, torch.float16 or torch.bfloat16) into its fields.
+    """Split ``x`` as it is stored in ``dtype`` (torch.float32, float16 or bfloat16) into its fields.
 
-    Returns a :class:`Decomposition` with ``sign`` (0/1), ``exponent`` and ``mantissa`` (bit strings: 8/23 bits for
-    float32, 5/10 for float16, 8/7 for bfloat16), ``value`` (the float actually stored), ``kind`` (``"zero"``,
-    ``"subnormal"``, ``"normal"``, ``"inf"``, ``"nan"``) and ``abs_error`` / ``rel_error`` of ``value`` against ``x``.
+    Returns a :class:`Decomposition` with ``sign`` (0/1), ``exponent`` and ``mantissa`` (bit strings: 8/23
+    bits for float32, 5/10 for float16, 8/7 for bfloat16), ``value`` (the float actually stored), ``kind``
+    (``"zero"``, ``"subnormal"``, ``"normal"``, ``"inf"``, ``"nan"``) and ``abs_error`` / ``rel_error`` of
+    ``value`` against ``x``.
 
     ``value`` is what ``torch.tensor(x, dtype=dtype)`` stores. Torch turns a Python float (a float64) into a
     float16/bfloat16 *through float32*, so this function does the same: round to float32, then to the target.
     For every float32 number (every element of a float32 tensor, so every value AMP casts) that is the single
-    IEEE rounding; only a float64 that lies within 2^-24 (relative) of a tie can land one step away from
-    the single rounding of the float64 itself (e.g. 65519.999999 -> inf, where exact rounding would give 65504).
+    IEEE rounding; only a float64 that lies within 2^-24 (relative) of a tie can land one step away from the
+    single rounding of the float64 itself (e.g. 65519.999999 -> inf, where exact rounding would give 65504).
 
     Negative zero keeps its sign; NaN and +-inf pass through; a finite x that rounds beyond ``max`` becomes
     +-inf (only ``|x| >= max + ulp(max)/2`` does: 65510 rounds down to 65504 in float16).
@@ -335,13 +344,14 @@ def decompose(x, dtype) -> Decomposition:
         kind = "normal"
     return Decomposition(
         x=value, format=fmt, sign=sign,
-        exponent=format(biased, f"0{fmt.exponent_bits}b"), mantissa=format(mantissa, f"0{fmt.mantissa_bits}b"),
+        exponent=format(biased, f"0{fmt.exponent_bits}b"),
+        mantissa=format(mantissa, f"0{fmt.mantissa_bits}b"),
         value=stored, kind=kind,
     )
 
 
 def ulp(x, dtype) -> float:
-    """Spacing between the stored ``x`` and the next representable number away from zero (``inf`` past max)."""
+    """Spacing between the stored ``x`` and the next number away from zero (``inf`` past max)."""
     d = decompose(x, dtype)
     if d.kind in ("inf", "nan"):
         return math.nan
@@ -359,7 +369,8 @@ def finfo_table():
     """One row per format, every number taken from ``torch.finfo`` (smallest subnormal = tiny * eps).
 
     ``torch.finfo`` has no field for the smallest subnormal; it is one mantissa step above zero in the lowest
-    binade, ``smallest_normal * eps``. Exponent and mantissa widths follow from ``bits`` and ``eps = 2^-mantissa``.
+    binade, ``smallest_normal * eps``. Exponent and mantissa widths follow from ``bits`` and
+    ``eps = 2^-mantissa``.
     """
     import pandas as pd
 
@@ -393,7 +404,7 @@ def next_up(t: torch.Tensor) -> torch.Tensor:
 
 
 def spacing_curve(dtype, points: int = 600, device=None):
-    """Spacing to the next number up for ``points`` magnitudes spread (log-uniformly) over the whole finite range.
+    """Spacing to the next number up for ``points`` magnitudes spread log-uniformly over the finite range.
 
     Returns a DataFrame with columns ``x`` (a representable positive number), ``spacing`` (next_up(x) - x) and
     ``relative`` (spacing / x), computed with real tensors of ``dtype`` on ``device`` (default: the CPU).
@@ -401,8 +412,10 @@ def spacing_curve(dtype, points: int = 600, device=None):
     import pandas as pd
 
     fmt = get_format(dtype)
-    exponents = torch.linspace(math.log2(fmt.smallest_subnormal), math.log2(fmt.max), points, dtype=torch.float64)
-    x = torch.exp2(exponents).to(fmt.dtype).double().unique().to(fmt.dtype).to(device or "cpu")  # exact round trip
+    exponents = torch.linspace(math.log2(fmt.smallest_subnormal), math.log2(fmt.max), points,
+                               dtype=torch.float64)
+    # an exact round trip: every x is a number of the format
+    x = torch.exp2(exponents).to(fmt.dtype).double().unique().to(fmt.dtype).to(device or "cpu")
     x = x[torch.isfinite(x) & (x > 0) & (x < fmt.max)]
     spacing = (next_up(x).double() - x.double()).cpu()
     x64 = x.double().cpu()
@@ -421,7 +434,7 @@ def bits_html(d: Decomposition) -> str:
 
 
 def parse_number(text) -> float:
-    """Read what a learner typed: ``0.1``, ``-1e-8``, ``65519``, ``inf``, ``nan``, ``-0.0``, ``2**-24`` or ``2^-24``."""
+    """Read a typed number: ``0.1``, ``-1e-8``, ``inf``, ``nan``, ``-0.0``, ``2**-24`` or ``2^-24``."""
     if not isinstance(text, str):
         return _as_float(text)
     cleaned = text.strip().replace(" ", "").replace("_", "")
@@ -442,7 +455,7 @@ def parse_number(text) -> float:
 
 
 def explorer_table(x):
-    """One row per format: sign/exponent/mantissa bits, stored value, errors, kind and what happened to ``x``."""
+    """One row per format: sign/exponent/mantissa bits, stored value, errors, kind, what happened to ``x``."""
     import pandas as pd
 
     rows = [decompose(x, fmt.dtype).as_dict() for fmt in FORMATS]
@@ -454,7 +467,7 @@ def _number(value: float) -> str:
 
 
 def explorer_html(x) -> str:
-    """The explorer's picture of ``x``: coloured bits per format, the stored value, the error and what happened."""
+    """The explorer's picture of ``x``: coloured bits per format, stored value, error, what happened."""
     try:
         value = parse_number(x)
     except (TypeError, ValueError) as exc:
@@ -469,8 +482,9 @@ def explorer_html(x) -> str:
             f"<td>{_number(d.abs_error)}</td><td>{_number(d.rel_error)}</td><td>{d.kind}</td>"
             f"<td>{html.escape(d.note)}</td></tr>"
         )
-    header = "".join(f"<th style='text-align:left'>{h}</th>" for h in
-                     ("format", "sign | exponent | mantissa", "stored value", "abs error", "rel error", "kind", "what happened"))
+    columns = ("format", "sign | exponent | mantissa", "stored value", "abs error", "rel error", "kind",
+               "what happened")
+    header = "".join(f"<th style='text-align:left'>{h}</th>" for h in columns)
     return f"{head}<table><tr>{header}</tr>{''.join(rows)}</table>"
 
 
@@ -484,12 +498,13 @@ def format_explorer(x: float | str = 0.1):
     text = widgets.Text(value=str(x), description="x =", continuous_update=False,
                         placeholder="0.1, 1e-8, 65519, -0.0, inf, nan, 2**-24")
     slider = widgets.FloatSlider(value=0.0, min=-150.0, max=130.0, step=0.25, description="log2 |x|",
-                                 continuous_update=True, readout_format=".2f", layout=widgets.Layout(width="600px"))
+                                 continuous_update=True, readout_format=".2f",
+                                 layout=widgets.Layout(width="600px"))
     out = widgets.HTML(value=explorer_html(text.value))
     state = {"from_slider": False}
 
     def follow_text(typed):
-        """Move the slider to log2|typed| (when that is a finite non-zero number) without re-typing the text."""
+        """Move the slider to log2|typed| (for a finite non-zero number) without re-typing the text."""
         try:
             value = abs(parse_number(typed))
         except (TypeError, ValueError):

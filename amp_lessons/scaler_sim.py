@@ -1,6 +1,7 @@
-"""Lesson 03: a GradScaler simulator: the loss-scale arithmetic of ``torch.amp.GradScaler``, as a plain function.
+"""Lesson 03: a GradScaler simulator: the loss-scale arithmetic of ``torch.amp.GradScaler`` as a function.
 
-What ``scaler.update()`` does after each iteration (``torch._amp_update_scale_``, identical CPU and CUDA kernels):
+What ``scaler.update()`` does after each iteration (``torch._amp_update_scale_``, the same CPU and CUDA
+kernel):
 
 - if any gradient was inf/NaN this iteration ("found_inf"), the optimizer step was skipped:
   ``scale = float32(scale * backoff_factor)`` and the growth tracker resets to 0;
@@ -8,12 +9,12 @@ What ``scaler.update()`` does after each iteration (``torch._amp_update_scale_``
   ``float32(scale * growth_factor)`` (kept unchanged if that would be inf) and the tracker resets to 0.
 
 The scale lives in a float32 tensor and the factors are doubles, so each product is computed in double and
-rounded to float32 — ``simulate_scaler`` does the same, so its scales equal torch's bit for bit (a test drives a
-real ``torch.amp.GradScaler`` through the same overflow pattern and compares).
+rounded to float32 — ``simulate_scaler`` does the same, so its scales equal torch's bit for bit (a test drives
+a real ``torch.amp.GradScaler`` through the same overflow pattern and compares).
 
-An "overflow pattern" says which iterations produce inf/NaN gradients. It is either a sequence of booleans or a
-function ``(iteration, scale) -> bool``: real overflows depend on the scale (a gradient ``g`` overflows FP16 once
-``scale * |g| > 65504``), which ``threshold_pattern`` models.
+An "overflow pattern" says which iterations produce inf/NaN gradients. It is either a sequence of booleans or
+a function ``(iteration, scale) -> bool``: real overflows depend on the scale (a gradient ``g`` overflows FP16
+once ``scale * |g| > 65504``), which ``threshold_pattern`` models.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ FP16_MAX = 65504.0
 
 @dataclass
 class ScalerRun:
-    """What happened over a run: the scale each iteration used, which iterations overflowed, the real updates."""
+    """What happened over a run: the scale each iteration used, which ones overflowed, the real updates."""
 
     scales: list = field(default_factory=list)  # scale used by iteration i (before its update())
-    overflow: list = field(default_factory=list)  # True where iteration i had inf/NaN gradients (step skipped)
+    overflow: list = field(default_factory=list)  # True where iteration i had inf/NaN gradients (skipped)
     growth_trackers: list = field(default_factory=list)  # tracker after iteration i's update()
     scale_after: float = 0.0  # scale after the last update()
 
@@ -65,16 +66,20 @@ def _check_factors(init_scale, growth_factor, backoff_factor, growth_interval) -
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
             raise TypeError(f"{name} must be a finite number, not {value!r}.")
 
-    for name, value in (("init_scale", init_scale), ("growth_factor", growth_factor), ("backoff_factor", backoff_factor)):
+    for name, value in (("init_scale", init_scale), ("growth_factor", growth_factor),
+                        ("backoff_factor", backoff_factor)):
         number(name, value)
     if init_scale <= 0:
         raise ValueError(f"init_scale must be positive (e.g. 2.0**16), not {init_scale!r}.")
     if growth_factor <= 1.0:
         raise ValueError(f"growth_factor must be > 1.0 (torch refuses anything else), not {growth_factor!r}.")
     if not 0.0 < backoff_factor < 1.0:
-        raise ValueError(f"backoff_factor must be between 0 and 1 (torch's default is 0.5), not {backoff_factor!r}.")
-    if isinstance(growth_interval, bool) or not isinstance(growth_interval, (int, np.integer)) or growth_interval < 1:
-        raise ValueError(f"growth_interval must be a whole number >= 1 (torch's default is 2000), not {growth_interval!r}.")
+        raise ValueError("backoff_factor must be between 0 and 1 (torch's default is 0.5), not "
+                         f"{backoff_factor!r}.")
+    if (isinstance(growth_interval, bool) or not isinstance(growth_interval, (int, np.integer))
+            or growth_interval < 1):
+        raise ValueError("growth_interval must be a whole number >= 1 (torch's default is 2000), not "
+                         f"{growth_interval!r}.")
 
 
 def simulate_scaler(overflows, *, iterations: int | None = None, init_scale: float = 2.0**16,
@@ -95,10 +100,12 @@ def simulate_scaler(overflows, *, iterations: int | None = None, init_scale: flo
             pattern = [bool(o) for o in overflows]
         except TypeError:
             raise TypeError(
-                "overflows must be a list of True/False (one per iteration) or a function (iteration, scale) -> bool."
+                "overflows must be a list of True/False (one per iteration) or a function (iteration, "
+                "scale) -> bool."
             ) from None
         if iterations is not None and iterations != len(pattern):
-            raise ValueError(f"iterations={iterations} but the pattern has {len(pattern)} entries; leave iterations out.")
+            raise ValueError(f"iterations={iterations} but the pattern has {len(pattern)} entries; leave "
+                             "iterations out.")
         decide, count = (lambda i, s: pattern[i]), len(pattern)
 
     scale = np.float32(init_scale)  # torch.full((), init_scale, dtype=torch.float32)
@@ -126,7 +133,7 @@ def simulate_scaler(overflows, *, iterations: int | None = None, init_scale: flo
     return run
 
 
-# --- overflow patterns for the widget and the lesson -------------------------------------------------------------
+# --- overflow patterns for the widget and the lesson --------------------------------------------------------
 
 def threshold_pattern(max_abs_grad: float, limit: float = FP16_MAX):
     """Overflow whenever ``scale * max_abs_grad`` exceeds ``limit`` (FP16's largest finite value by default).
@@ -159,7 +166,8 @@ PATTERNS = {
 
 
 def make_pattern(kind: str, value: float):
-    """Build a pattern by name: 'threshold' (value = log2 of the largest |gradient|), 'first_n', 'every_k', 'never'."""
+    """A pattern by name: 'threshold' (value: log2 of the largest |gradient|), 'first_n', 'every_k' or
+    'never'."""
     if kind == "threshold":
         return threshold_pattern(2.0 ** float(value))
     if kind == "first_n":
@@ -181,11 +189,13 @@ def scaler_figure(run: ScalerRun, title: str = ""):
     ax.step(its, logs, where="post", color="#1565c0", label="log2(scale used)")
     skipped = [i for i in its if run.overflow[i]]
     if skipped:
-        ax.scatter(skipped, [logs[i] for i in skipped], color="#c62828", zorder=3, s=18, label="overflow: step skipped")
+        ax.scatter(skipped, [logs[i] for i in skipped], color="#c62828", zorder=3, s=18,
+                   label="overflow: step skipped")
     ax.set_xlabel("iteration")
     ax.set_ylabel("log2(scale)")
     head = title + "\n" if title else ""
-    ax.set_title(f"{head}{run.iterations} iterations, {run.updates} real optimizer updates, {run.skipped} skipped")
+    ax.set_title(f"{head}{run.iterations} iterations, {run.updates} real optimizer updates, "
+                 f"{run.skipped} skipped")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
@@ -193,16 +203,18 @@ def scaler_figure(run: ScalerRun, title: str = ""):
 
 
 def scaler_widget(iterations: int = 300):
-    """Sliders for init scale, growth factor, backoff, growth interval and the overflow pattern -> redrawn curve."""
+    """Sliders for init scale, growth factor, backoff, growth interval, overflow pattern -> redrawn curve."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
 
     style = {"description_width": "150px"}
     layout = widgets.Layout(width="460px")
-    init_exp = widgets.IntSlider(value=16, min=0, max=32, description="init_scale = 2^", style=style, layout=layout)
-    growth = widgets.FloatSlider(value=2.0, min=1.05, max=4.0, step=0.05, description="growth_factor", style=style, layout=layout)
-    backoff = widgets.FloatSlider(value=0.5, min=0.05, max=0.95, step=0.05, description="backoff_factor", style=style, layout=layout)
-    interval = widgets.IntSlider(value=50, min=1, max=500, description="growth_interval", style=style, layout=layout)
+    look = {"style": style, "layout": layout}
+    init_exp = widgets.IntSlider(value=16, min=0, max=32, description="init_scale = 2^", **look)
+    growth = widgets.FloatSlider(value=2.0, min=1.05, max=4.0, step=0.05, description="growth_factor", **look)
+    backoff = widgets.FloatSlider(value=0.5, min=0.05, max=0.95, step=0.05, description="backoff_factor",
+                                  **look)
+    interval = widgets.IntSlider(value=50, min=1, max=500, description="growth_interval", **look)
     kind = widgets.Dropdown(options=list(PATTERNS.items()), value="threshold", description="overflow pattern",
                             style=style, layout=layout)
     value = widgets.FloatSlider(value=-3.0, min=-20, max=20, step=1, description="log2|g|max / N / k",
@@ -216,5 +228,7 @@ def scaler_widget(iterations: int = 300):
 
     out = widgets.interactive_output(draw, {"init_exp": init_exp, "growth": growth, "backoff": backoff,
                                             "interval": interval, "kind": kind, "value": value})
-    ui = widgets.VBox([widgets.HBox([widgets.VBox([init_exp, growth, backoff]), widgets.VBox([interval, kind, value])]), out])
+    controls = widgets.HBox([widgets.VBox([init_exp, growth, backoff]),
+                             widgets.VBox([interval, kind, value])])
+    ui = widgets.VBox([controls, out])
     return ui

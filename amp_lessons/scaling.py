@@ -38,14 +38,16 @@ def _check_dtype(dtype) -> torch.dtype:
 
 
 def _check_scale(scale) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+    if (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
+            or scale <= 0):
         raise ValueError(f"scale must be a positive, finite number such as 2.0**16, not {scale!r}")
     return float(scale)
 
 
 def limits(dtype: torch.dtype) -> FloatFormat:
-    """The thresholds that matter for gradients (``smallest_subnormal``, ``smallest_normal``, ``max``, and their
-    ``log2()``) of float16, bfloat16 or float32: the course's :class:`~amp_lessons.formats.FloatFormat`."""
+    """The thresholds that matter for gradients (``smallest_subnormal``, ``smallest_normal``, ``max``, and
+    their ``log2()``) of float16, bfloat16 or float32: the course's
+    :class:`~amp_lessons.formats.FloatFormat`."""
     return get_format(_check_dtype(dtype))
 
 
@@ -116,7 +118,8 @@ def scale_table(groups: dict, exponent: int, dtypes=LOW_PRECISION):
     for group, values in _check_groups(groups).items():
         for dtype in dtypes:
             counts = classify(values, dtype, 2.0**exponent)
-            row = {"gradients": group, "format": dtype_name(dtype), "scale": f"2^{exponent}", "values": counts["nonzero"]}
+            row = {"gradients": group, "format": dtype_name(dtype), "scale": f"2^{exponent}",
+                   "values": counts["nonzero"]}
             row.update(_as_fractions(counts))
             row["step skipped"] = counts["inf"] > 0
             rows.append(row)
@@ -151,7 +154,8 @@ def _check_groups(groups) -> dict:
     if isinstance(groups, torch.Tensor):
         return {"gradients": groups}
     if not isinstance(groups, dict) or not groups:
-        raise TypeError("expected a dict such as {'parameter gradients': tensor, 'activation gradients': tensor}")
+        raise TypeError("expected a dict such as "
+                        "{'parameter gradients': tensor, 'activation gradients': tensor}")
     return {str(k): flat_values(v) for k, v in groups.items()}
 
 
@@ -183,7 +187,8 @@ class ActivationGradients:
             raise TypeError(f"ActivationGradients needs an nn.Module, not {type(model).__name__}")
         self.modules = {name: m for name, m in model.named_modules() if isinstance(m, types)}
         if not self.modules:
-            raise ValueError(f"the model has no submodules of type {types}; pass types=... to choose what to hook")
+            raise ValueError(f"the model has no submodules of type {types}; pass types=... to choose "
+                             "what to hook")
         self.grads: dict = {}
         self._handles: list = []
 
@@ -196,7 +201,8 @@ class ActivationGradients:
 
     def __enter__(self):
         self.grads = {}
-        self._handles = [m.register_forward_hook(self._forward_hook(name)) for name, m in self.modules.items()]
+        self._handles = [m.register_forward_hook(self._forward_hook(name))
+                         for name, m in self.modules.items()]
         return self
 
     def __exit__(self, *exc):
@@ -253,8 +259,8 @@ def _log2_magnitudes(values, scale: float):
     return np.log2(flat.abs().numpy())
 
 
-def plot_magnitudes(groups: dict, exponent: int = 0, ax=None, dtype: torch.dtype = torch.float16, range_map: bool = True,
-                    xlim=None):
+def plot_magnitudes(groups: dict, exponent: int = 0, ax=None, dtype: torch.dtype = torch.float16,
+                    range_map: bool = True, xlim=None):
     """Histogram of log2 |gradient * 2**exponent| per group, on FP16's zones; optionally with a range map.
 
     The top strip (``range_map=True``) puts the gradients' range next to FP16's and BF16's whole
@@ -294,7 +300,8 @@ def plot_magnitudes(groups: dict, exponent: int = 0, ax=None, dtype: torch.dtype
         ax.hist(d, bins=edges, histtype="step", lw=2, label=f"{name} ({d.size:,} nonzero)")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    labels = ((low, f"smallest subnormal {info.smallest_subnormal:.3g}"), (normal, f"smallest normal {info.smallest_normal:.3g}"),
+    labels = ((low, f"smallest subnormal {info.smallest_subnormal:.3g}"),
+              (normal, f"smallest normal {info.smallest_normal:.3g}"),
               (high, f"max {info.max:.6g}"))
     for position, text in labels:
         ax.axvline(position, color="k", ls="--", lw=1)
@@ -302,8 +309,8 @@ def plot_magnitudes(groups: dict, exponent: int = 0, ax=None, dtype: torch.dtype
                 transform=ax.get_xaxis_transform())
     ax.set_xlabel(f"log2 |gradient × 2^{exponent}|   (1-octave bins)")
     ax.set_ylabel("count")
-    ax.set_title(f"Scale 2^{exponent}: red → 0 or inf in {dtype_name(dtype)}, orange → subnormal, green → normal",
-                 fontsize=10)
+    ax.set_title(f"Scale 2^{exponent}: red → 0 or inf in {dtype_name(dtype)}, orange → subnormal, "
+                 "green → normal", fontsize=10)
     ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
     if own_figure:  # a caller that passed ``ax`` lays out its own figure, once
         fig.tight_layout()
@@ -346,7 +353,8 @@ def plot_sweep(groups: dict, exponents=(0, 8, 16, 24), dtype: torch.dtype = torc
     for ax, exponent in zip(axes.flat, exponents):
         plot_magnitudes(groups, exponent, ax=ax, dtype=dtype, range_map=False, xlim=(lo, hi))
         counts = {name: fractions(values, dtype, 2.0**exponent) for name, values in groups.items()}
-        lost = "; ".join(f"{name.split()[0]}: {c['zero']:.2%} → 0, {c['inf']:.2%} → inf" for name, c in counts.items())
+        lost = "; ".join(f"{name.split()[0]}: {c['zero']:.2%} → 0, {c['inf']:.2%} → inf"
+                         for name, c in counts.items())
         ax.set_title(f"scale 2^{exponent}   ({lost})", fontsize=8.5)
         ax.get_legend().remove()
     for ax in list(axes.flat)[len(exponents):]:

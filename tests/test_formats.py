@@ -1,4 +1,5 @@
-"""Lesson 01: amp_lessons.formats (decompose, tables, explorer). The checkers: tests/checks/test_l01_formats.py."""
+"""Lesson 01: amp_lessons.formats (decompose, tables, explorer).
+The checkers are tested in tests/checks/test_l01_formats.py."""
 
 import math
 import random
@@ -37,7 +38,8 @@ def interesting_values():
         sub, normal = fmt.smallest_subnormal, fmt.smallest_normal
         values += [sub, sub / 2, sub * 0.75, sub * 1.5, sub * 2.5, normal, normal - sub / 2, normal - sub / 4,
                    fmt.max, fmt.overflow_threshold, math.nextafter(fmt.overflow_threshold, 0), fmt.max * 1.5]
-    return values + [0.0, -0.0, math.inf, -math.inf, math.nan, 65504.0, 65510.0, 65519.0, 65520.0, 1e5, 3.4e38]
+    return values + [0.0, -0.0, math.inf, -math.inf, math.nan, 65504.0, 65510.0, 65519.0, 65520.0, 1e5,
+                     3.4e38]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -147,7 +149,8 @@ def test_errors_and_outcomes():
     exact = decompose(0.5, torch.bfloat16)
     assert exact.abs_error == exact.rel_error == 0.0 and exact.outcome == "exact"
     over = decompose(70000.0, torch.float16)
-    assert over.abs_error == over.rel_error == math.inf and over.outcome == "overflow" and "overflow" in over.note
+    assert over.abs_error == over.rel_error == math.inf
+    assert over.outcome == "overflow" and "overflow" in over.note
     under = decompose(1e-9, torch.float16)
     assert under.rel_error == 1.0 and under.outcome == "underflow" and under.exponent_value is None
     nan = decompose(math.nan, torch.float16)
@@ -158,11 +161,13 @@ def test_errors_and_outcomes():
     assert sub.exponent_value == -14 and sub.significand == 2.0**-10 and "subnormal" in sub.note
     assert "rounds down to max" in decompose(65510.0, torch.float16).note
     assert str(d).startswith("float16: 0 01011 1001100110") and "<span" in d._repr_html_()
-    assert set(d.as_dict()) >= {"sign", "exponent", "mantissa", "stored value", "kind", "abs error", "rel error"}
+    assert set(d.as_dict()) >= {"sign", "exponent", "mantissa", "stored value", "kind", "abs error",
+                                "rel error"}
 
 
 @pytest.mark.parametrize(
-    "x", [np.float32(0.1), np.float64(0.1), np.array([0.1]), torch.tensor(0.1), torch.tensor([0.1]), Fraction(1, 10), 1]
+    "x", [np.float32(0.1), np.float64(0.1), np.array([0.1]), torch.tensor(0.1), torch.tensor([0.1]),
+          Fraction(1, 10), 1]
 )
 def test_accepts_real_numbers_of_many_types(x):
     assert decompose(x, torch.float16).value == pytest.approx(0.1 if x != 1 else 1.0, rel=1e-3)

@@ -58,7 +58,8 @@ def test_limits_come_from_finfo():
 
 
 def test_classify_follows_rounding_at_both_ends():
-    values = torch.tensor([2.0**-26, 2.0**-25, 1.5 * 2.0**-25, 2.0**-20, 1.0, 65519.0, 65520.0, -1e5, 0.0, float("nan")])
+    values = torch.tensor([2.0**-26, 2.0**-25, 1.5 * 2.0**-25, 2.0**-20, 1.0, 65519.0, 65520.0, -1e5, 0.0,
+                           float("nan")])
     counts = classify(values, F16)
     # 2^-26 and the tie 2^-25 round to 0; 1.5*2^-25 rounds up to 2^-24 (subnormal); 65519 rounds down to 65504
     assert counts == {"nonzero": 8, "zero": 2, "subnormal": 2, "normal": 2, "inf": 2, "skipped": 2}
@@ -67,7 +68,8 @@ def test_classify_follows_rounding_at_both_ends():
 
 def test_scaling_happens_before_the_cast():
     assert classify(torch.tensor([2.0**-30]), F16, 2.0**16)["normal"] == 1
-    assert fractions(torch.tensor([2.0**-30, 1.0]), F16, 1.0) == {"zero": 0.5, "subnormal": 0.0, "normal": 0.5, "inf": 0.0}
+    expected = {"zero": 0.5, "subnormal": 0.0, "normal": 0.5, "inf": 0.0}
+    assert fractions(torch.tensor([2.0**-30, 1.0]), F16, 1.0) == expected
 
 
 def test_empty_and_bad_input():

@@ -1,4 +1,4 @@
-"""Lesson 03 helpers: the reference step, diagnostic guards, the autocast policy table, the GradScaler simulator."""
+"""Lesson 03 helpers: the reference step, its diagnostic guards, the autocast policy table, the simulator."""
 
 import inspect
 import math
@@ -39,7 +39,8 @@ def make_run(seed=0, init_scale=2.0**10, **scaler_kwargs):
 def test_train_step_updates_fp32_weights_and_returns_unscaled_loss(dtype):
     model, optimizer, scaler, inputs, targets = make_run()
     before = [p.detach().clone() for p in model.parameters()]
-    loss = train_step(model, optimizer, scaler, nn.functional.cross_entropy, inputs, targets, dtype=dtype, max_norm=1.0)
+    loss = train_step(model, optimizer, scaler, nn.functional.cross_entropy, inputs, targets, dtype=dtype,
+                      max_norm=1.0)
     assert loss.dtype == torch.float32 and not loss.requires_grad
     with torch.no_grad():
         assert abs(loss.item() - nn.functional.cross_entropy(model(inputs), targets).item()) < 0.5
@@ -50,7 +51,8 @@ def test_train_step_updates_fp32_weights_and_returns_unscaled_loss(dtype):
 def test_train_step_skips_an_overflow_and_backs_off():
     model, optimizer, scaler, inputs, targets = make_run(init_scale=2.0**40)
     before = [p.detach().clone() for p in model.parameters()]
-    train_step(model, optimizer, scaler, nn.functional.cross_entropy, inputs, targets, dtype=torch.float16, max_norm=1.0)
+    train_step(model, optimizer, scaler, nn.functional.cross_entropy, inputs, targets, dtype=torch.float16,
+               max_norm=1.0)
     assert all(torch.equal(b, p) for b, p in zip(before, model.parameters()))
     assert scaler.get_scale() == 2.0**39
 
@@ -62,8 +64,10 @@ def test_guarded_step_stops_on_non_finite_loss_and_optionally_on_overflow():
     with pytest.raises(NonFiniteError, match="non-finite loss"):
         guarded_train_step(model, optimizer, scaler, nn.functional.cross_entropy, bad, targets)
     model, optimizer, scaler, inputs, targets = make_run(init_scale=2.0**40)
-    loss = guarded_train_step(model, optimizer, scaler, nn.functional.cross_entropy, inputs, targets, max_norm=1.0)
-    assert math.isfinite(loss.item()) and scaler.get_scale() == 2.0**39  # the overflow was allowed to be skipped
+    loss = guarded_train_step(model, optimizer, scaler, nn.functional.cross_entropy, inputs, targets,
+                              max_norm=1.0)
+    # the overflow was allowed to be skipped
+    assert math.isfinite(loss.item()) and scaler.get_scale() == 2.0**39
     model, optimizer, scaler, inputs, targets = make_run(init_scale=2.0**40)
     with pytest.raises(NonFiniteError, match="non-finite gradients"):
         guarded_train_step(model, optimizer, scaler, nn.functional.cross_entropy, inputs, targets,
@@ -136,7 +140,7 @@ def test_autocast_keeps_parameters_fp32():
 
 
 def drive_torch_scaler(decide, iterations, **kwargs):
-    """A real torch.amp.GradScaler driven through an overflow pattern; returns the scales used and update count."""
+    """A real torch.amp.GradScaler driven through an overflow pattern; the scales used and update count."""
     weight = nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([weight], lr=0.0)
     scaler = torch.amp.GradScaler("cpu", **kwargs)
@@ -161,7 +165,8 @@ CASES = [
     (scaler_sim.threshold_pattern(3.7), 50, dict(init_scale=1000.0, growth_factor=1.3, backoff_factor=0.3,
                                                   growth_interval=3)),
     (lambda i, s: False, 30, dict(init_scale=2.0**126, growth_interval=2)),  # growth stops below float32 inf
-    (lambda i, s: i % 2 == 0, 25, dict(init_scale=0.7, growth_factor=1.7, backoff_factor=0.9, growth_interval=1)),
+    (lambda i, s: i % 2 == 0, 25, dict(init_scale=0.7, growth_factor=1.7, backoff_factor=0.9,
+                                       growth_interval=1)),
 ]
 
 
@@ -206,8 +211,8 @@ def test_simulator_rejects_bad_patterns():
 
 
 def test_widget_logic_draws_the_curve():
-    run = scaler_sim.simulate_scaler(scaler_sim.make_pattern("threshold", -3), iterations=100, init_scale=2.0**24,
-                                     growth_interval=20)
+    run = scaler_sim.simulate_scaler(scaler_sim.make_pattern("threshold", -3), iterations=100,
+                                     init_scale=2.0**24, growth_interval=20)
     fig = scaler_sim.scaler_figure(run)
     assert f"{run.updates} real optimizer updates" in fig.axes[0].get_title()
     plt.close(fig)

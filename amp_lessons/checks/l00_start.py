@@ -17,7 +17,7 @@ HAND_CASTS = {"half", "bfloat16", "float", "to", "type"}
 
 @checker("00 warm-up: autocast_matmul")
 def check_autocast_matmul(autocast_matmul):
-    """``autocast_matmul(a, b, dtype)`` must return ``a @ b`` computed under ``torch.autocast`` in ``dtype``."""
+    """``autocast_matmul(a, b, dtype)`` must return ``a @ b`` computed under ``torch.autocast`` in dtype."""
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(4, 3, generator=generator)
     b = torch.randn(3, 5, generator=generator)
@@ -29,7 +29,8 @@ def check_autocast_matmul(autocast_matmul):
             return failed(f"autocast_matmul returned a {type(got).__name__}; return the tensor `a @ b`.")
         if autocast_enabled("cpu"):
             switch_autocast_off()
-            return failed("Autocast is still switched on after your function returned: use it as `with torch.autocast(...):`.")
+            return failed("Autocast is still switched on after your function returned: use it as `with "
+                          "torch.autocast(...):`.")
         if got.shape != (4, 5):
             return failed(f"The result has shape {tuple(got.shape)}; a [4, 3] @ [3, 5] product is [4, 5].")
         if casts and got.dtype == dtype:
@@ -40,13 +41,15 @@ def check_autocast_matmul(autocast_matmul):
         if got.dtype == torch.float32:
             return failed(
                 f"For dtype={dtype} the result is still float32, so autocast was not active for this op. "
-                "Is the matmul inside `with torch.autocast(device_type=a.device.type, dtype=dtype):`, and does "
-                "device_type match the tensors' device ('cpu' here)?"
+                "Is the matmul inside `with torch.autocast(device_type=a.device.type, "
+                "dtype=dtype):`, and does device_type match the tensors' device ('cpu' here)?"
             )
         if got.dtype != dtype:
-            return failed(f"For dtype={dtype} the result came out as {got.dtype}: pass the `dtype` argument to autocast instead of a fixed one.")
+            return failed(f"For dtype={dtype} the result came out as {got.dtype}: pass the `dtype` argument "
+                          "to autocast instead of a fixed one.")
         with torch.autocast(device_type="cpu", dtype=dtype):
             expected = a @ b
         if not torch.equal(got, expected):
-            return failed("The dtype is right but the values are not `a @ b` (did you transpose or scale something?).")
+            return failed("The dtype is right but the values are not `a @ b` (did you transpose or scale "
+                          "something?).")
     return passed("Both float16 and bfloat16 come out of the matmul, chosen by autocast, not by hand.")

@@ -1,4 +1,4 @@
-"""Lesson 02's checkers: the fraction of a gradient lost to underflow/overflow, and the largest safe loss scale.
+"""Lesson 02's checkers: the fraction of a gradient lost to underflow/overflow, the largest safe loss scale.
 
 Both compare the learner's function with an oracle on many tensors (typical gradients spread over 60
 octaves, BF16-range values, empty, all-zero, subnormal-only, inf/NaN, huge values, values right at the
@@ -30,7 +30,7 @@ F16, BF16 = torch.float16, torch.bfloat16
 
 
 def _log_uniform(n: int, low: float, high: float, seed: int, signed: bool = True) -> torch.Tensor:
-    """``n`` magnitudes spread evenly in log2 between 2^low and 2^high (random signs): gradient-like spread."""
+    """``n`` magnitudes spread evenly in log2 between 2^low and 2^high (random signs), like gradients."""
     generator = torch.Generator().manual_seed(seed)
     exponents = torch.rand(n, generator=generator, dtype=torch.float64) * (high - low) + low
     values = torch.exp2(exponents)
@@ -99,15 +99,16 @@ def _fraction_cases():
     edges = torch.tensor([2.0**-26, 2.0**-25, 1.5 * 2.0**-25, 0.75 * 2.0**-24, 2.0**-24, 3 * 2.0**-24,
                           2.0**-15, 2.0**-14, 0.5, 65504.0, 65510.0, 65519.0, 65520.0, 65536.0, 1e5])
     negative = -_log_uniform(1000, -40, 20, seed=3, signed=False)
-    subnormal_only = torch.tensor([2.0**-24, 2.0**-20, 2.0**-15, -(2.0**-17), 1.25 * 2.0**-24, 2.0**-14 * 0.999])
+    subnormal_only = torch.tensor([2.0**-24, 2.0**-20, 2.0**-15, -(2.0**-17), 1.25 * 2.0**-24,
+                                   2.0**-14 * 0.999])
     mixed = torch.cat([_log_uniform(1000, -35, 18, seed=4), torch.zeros(300),
                        torch.tensor([float("inf"), float("-inf"), float("nan")] * 50)])
     huge = torch.tensor([1e5, -1e5, 3e38, -3e38, 1e30, 7e4, -7e4, 1.0])
-    cases = [(f"log-uniform gradients 2^-40..2^20, random signs, {dtype_name(F16)}, scale 2^{e}", spread, F16, 2.0**e)
-             for e in (0, 8, 16, 24)]
+    cases = [(f"log-uniform gradients 2^-40..2^20, random signs, {dtype_name(F16)}, scale 2^{e}",
+               spread, F16, 2.0**e) for e in (0, 8, 16, 24)]
     cases += [
-        ("values at the rounding edges (2^-26, 2^-25, 1.5*2^-25, ..., 65510, 65519, 65520, 1e5), float16, scale 1",
-         edges, F16, 1.0),
+        ("values at the rounding edges (2^-26, 2^-25, 1.5*2^-25, ..., 65510, 65519, 65520, 1e5), "
+         "float16, scale 1", edges, F16, 1.0),
         ("only negative gradients 2^-40..2^20, float16, scale 2^16", negative, F16, 2.0**16),
         ("FP16-subnormal values only (2^-24..2^-14), float16, scale 1", subnormal_only, F16, 1.0),
         ("gradients with zeros, inf and NaN mixed in, float16, scale 2^8", mixed, F16, 2.0**8),
@@ -123,7 +124,8 @@ def _edge_fraction_cases():
     return [
         ("an empty tensor", torch.zeros(0), F16, 1.0),
         ("an all-zero tensor", torch.zeros(100), F16, 2.0**16),
-        ("a tensor holding only inf and NaN", torch.tensor([float("inf"), float("nan"), float("-inf")]), F16, 1.0),
+        ("a tensor holding only inf and NaN", torch.tensor([float("inf"), float("nan"), float("-inf")]), F16,
+         1.0),
     ]
 
 
@@ -224,7 +226,8 @@ NO_ABS = Mistake(
 # Each rule reads one (case, answer) pair; the table order breaks ties in how many cases a rule explains.
 FRACTION_MISTAKES = (
     Mistake("swapped", replays(lambda g, d, s: _oracle_fractions(g, d, s)[::-1]),
-            "You returned (overflow, underflow): the exercise asks for (underflow, overflow), in that order."),
+            "You returned (overflow, underflow): the exercise asks for (underflow, overflow), "
+            "in that order."),
     Mistake("percent", replays(lambda g, d, s: tuple(100 * v for v in _oracle_fractions(g, d, s))),
             "Your numbers are 100 times too large: return fractions between 0 and 1, not percentages."),
     Mistake("counts", replays(lambda g, d, s: tuple(v * _finite_nonzero(g).numel()
@@ -233,9 +236,9 @@ FRACTION_MISTAKES = (
     Mistake("no scale", replays(lambda g, d, s: _oracle_fractions(g, d, 1.0)),
             "Your answer does not change with `scale`: multiply the gradient by `scale` before casting."),
     Mistake("cast first", replays(_cast_first),
-            "You cast to the low-precision dtype first and scaled afterwards (`g.to(dtype) * scale`): by then "
-            "the small values are already 0. Loss scaling works because the multiplication happens before the "
-            "value is stored in FP16: compute `(g * scale).to(dtype)`."),
+            "You cast to the low-precision dtype first and scaled afterwards (`g.to(dtype) * "
+            "scale`): by then the small values are already 0. Loss scaling works because the multiplication "
+            "happens before the value is stored in FP16: compute `(g * scale).to(dtype)`."),
     Mistake("normal threshold", replays(_normal_threshold),
             "You counted subnormal results as underflow (compared with the smallest *normal* 2^-14). A "
             "subnormal is still nonzero, only less precise; underflow means the cast gives exactly 0, i.e. "
@@ -248,8 +251,8 @@ FRACTION_MISTAKES = (
             f"Off by one in the exponent: you treated everything below 2^-23 as underflow, but {_TINY} "
             "itself is representable (and values above 2^-25 round up to it). Cast and test `== 0` instead."),
     Mistake("2^-25", replays(lambda g, d, s: _shifted(g, d, s, under_factor=0.5)),
-            "Off by one in the exponent: you compared with 2^-25, but exactly 2^-25 is a tie that rounds to 0 "
-            "(ties go to the even neighbour, 0). Cast and test `== 0` instead of comparing."),
+            "Off by one in the exponent: you compared with 2^-25, but exactly 2^-25 is a tie that "
+            "rounds to 0 (ties go to the even neighbour, 0). Cast and test `== 0` instead of comparing."),
     Mistake("65536", replays(lambda g, d, s: _shifted(g, d, s, over=_power_of_two_above_max)),
             "You used 2^16 = 65536 as FP16's overflow limit, but values from 65520 up already round to inf "
             "(the largest FP16 number is 65504). Cast and test `torch.isinf` instead."),
@@ -297,7 +300,8 @@ def check_lost_fractions(lost_fractions):
         cases, lambda *case: _fraction_answer(lost_fractions, *case), _oracle_fractions)
     if first_wrong is not None:
         case, grad, dtype, scale = cases[first_wrong]
-        detail = [f"input: {case}", f"expected (underflow, overflow) = ({expected[0]:.6g}, {expected[1]:.6g})",
+        detail = [f"input: {case}",
+                  f"expected (underflow, overflow) = ({expected[0]:.6g}, {expected[1]:.6g})",
                   f"yours = ({answers[first_wrong][0]:.6g}, {answers[first_wrong][1]:.6g})"]
         mistake = _explain(answers, cases, FRACTION_MISTAKES, first_wrong)
         if mistake is None:
@@ -307,25 +311,27 @@ def check_lost_fractions(lost_fractions):
                 detail.append(f"the same values with their signs flipped gave ({flipped[0]:.6g}, "
                               f"{flipped[1]:.6g})")
         if mistake is None:
-            return failed("Your fractions differ from the definition. Keep the nonzero finite values, compute "
-                          "`(g * scale).to(dtype)`, and count `== 0` (underflow) and `torch.isinf` (overflow).",
+            return failed("Your fractions differ from the definition. Keep the nonzero finite "
+                          "values, compute `(g * scale).to(dtype)`, and count `== 0` (underflow) and "
+                          "`torch.isinf` (overflow).",
                           detail)
         return failed(mistake.text(), detail)
     for case, grad, dtype, scale in _edge_fraction_cases():
         try:
             got = _get_pair(lost_fractions, case, grad, dtype, scale)
         except LearnerProblem as problem:
-            problem.result.message += (" When there are no nonzero finite values there is nothing to lose: return "
-                                       "(0.0, 0.0) instead of dividing by zero.")
+            problem.result.message += (" When there are no nonzero finite values there is nothing to "
+                                       "lose: return (0.0, 0.0) instead of dividing by zero.")
             raise
         if any(math.isnan(v) for v in got):
-            return failed(f"On {case} you returned {got}: that is 0/0. With no nonzero finite values there is "
-                          "nothing to lose: return (0.0, 0.0).")
+            return failed(f"On {case} you returned {got}: that is 0/0. With no nonzero finite "
+                          "values there is nothing to lose: return (0.0, 0.0).")
         if not _matches(got, (0.0, 0.0)):
-            return failed(f"On {case} you returned {got}; with no nonzero finite values the answer is (0.0, 0.0) "
-                          "(zeros were zero before the cast, inf/NaN were broken before it).")
-    return passed(f"Right on all {len(cases) + 3} inputs, including the rounding edges (1.5*2^-25 survives, 65519 "
-                  "stays finite), negative values, inf/NaN, empty and all-zero tensors, and bfloat16's range.")
+            return failed(f"On {case} you returned {got}; with no nonzero finite values the answer "
+                          "is (0.0, 0.0) (zeros were zero before the cast, inf/NaN were broken before it).")
+    return passed(f"Right on all {len(cases) + 3} inputs, including the rounding edges (1.5*2^-25 "
+                  "survives, 65519 stays finite), negative values, inf/NaN, empty and all-zero tensors, and "
+                  "bfloat16's range.")
 
 
 # ----------------------------------------------------------------------------- 02.2 largest_safe_scale
@@ -348,21 +354,25 @@ def _oracle_scale(grads, dtype, max_exponent):
 def _scale_cases():
     """(description, list of tensors, dtype, max_exponent)."""
     generator = torch.Generator().manual_seed(5)
-    model_like = [torch.randn(64, 32, generator=generator) * 2.0**-20, torch.randn(64, generator=generator) * 2.0**-12,
+    model_like = [torch.randn(64, 32, generator=generator) * 2.0**-20,
+                  torch.randn(64, generator=generator) * 2.0**-12,
                   torch.randn(10, 64, generator=generator) * 2.0**-7]
     cases = [
         ("three layers of gradients (largest about 2^-5, in the last tensor), float16, max_exponent=24",
          model_like, F16, 24),
-        ("one tensor with largest |value| 3.0, float16, max_exponent=24", [torch.tensor([0.5, -3.0, 1e-9])], F16, 24),
+        ("one tensor with largest |value| 3.0, float16, max_exponent=24",
+         [torch.tensor([0.5, -3.0, 1e-9])], F16, 24),
         ("the largest value is negative (-3000.0), float16, max_exponent=24",
          [torch.tensor([1.0, 2.0]), torch.tensor([-3000.0, 5.0])], F16, 24),
-        ("tiny gradients (largest 2^-30): capped, float16, max_exponent=24", [torch.full((5,), 2.0**-30)], F16, 24),
+        ("tiny gradients (largest 2^-30): capped, float16, max_exponent=24",
+         [torch.full((5,), 2.0**-30)], F16, 24),
         ("tiny gradients, max_exponent=16", [torch.full((5,), -(2.0**-30))], F16, 16),
         ("largest 65510 * 2^-10 (times 2^10 it rounds DOWN to 65504, finite), float16, max_exponent=24",
          [torch.tensor([65510.0 * 2.0**-10, 1.0])], F16, 24),
         ("largest 65530 * 2^-10 (times 2^10 it rounds UP to inf), float16, max_exponent=24",
          [torch.tensor([65530.0 * 2.0**-10, 1.0])], F16, 24),
-        ("largest exactly 65504 * 2^-8, float16, max_exponent=24", [torch.tensor([65504.0 * 2.0**-8])], F16, 24),
+        ("largest exactly 65504 * 2^-8, float16, max_exponent=24",
+         [torch.tensor([65504.0 * 2.0**-8])], F16, 24),
         ("gradients already above FP16's max (largest 1e6): the scale must go below 1, float16",
          [torch.tensor([1e6, -2.0]), torch.tensor([3.0])], F16, 24),
         ("gradients with largest 1e36, bfloat16, max_exponent=24", [torch.tensor([1e36, -1.0])], BF16, 24),
@@ -376,7 +386,8 @@ def _scale_cases():
 def _special_scale_cases():
     inf, nan = float("inf"), float("nan")
     return {
-        "inf": [("gradients containing inf (in the second tensor)", [torch.tensor([1.0, 2.0]), torch.tensor([inf, 1.0])], F16, 24),
+        "inf": [("gradients containing inf (in the second tensor)",
+                 [torch.tensor([1.0, 2.0]), torch.tensor([inf, 1.0])], F16, 24),
                 ("gradients containing NaN", [torch.tensor([1.0, nan])], F16, 24),
                 ("gradients containing -inf, bfloat16", [torch.tensor([-inf, 1.0])], BF16, 24)],
         "zero": [("all-zero gradients, max_exponent=24", [torch.zeros(3, 4), torch.zeros(5)], F16, 24),
@@ -427,7 +438,8 @@ def _scale_at_least_one(grads, dtype, max_exponent):
 SCALE_MISTAKES = (
     Mistake("too big", replays(lambda g, d, m: _scale_times(g, d, m, 2.0)),
             "Off by one in the exponent: your scale is twice the largest safe one, so the largest |gradient| "
-            "times your scale becomes inf. (`ceil`/`round` where `floor` belongs, or `<=` that should be `<`?)"),
+            "times your scale becomes inf. (`ceil`/`round` where `floor` belongs, or `<=` that "
+            "should be `<`?)"),
     Mistake("too small", replays(lambda g, d, m: _scale_times(g, d, m, 0.5)),
             "Off by one in the exponent: your scale is half the largest safe one; twice your scale still "
             "causes no overflow. (`floor(...) - 1`, a loop that stops one step late, or `<` that should be "
@@ -437,17 +449,19 @@ SCALE_MISTAKES = (
             "You compared max|g| * scale with finfo.max = 65504, but casting rounds to nearest: values "
             "below 65520 round *down* to 65504 and stay finite. Overflow means the *cast* gives inf: test "
             "`torch.isinf((amax * scale).to(dtype))`."),
-    Mistake("65536", replays(lambda g, d, m: _scale_by_limit(g, d, m, _power_of_two_above_max(torch.finfo(d)))),
-            "You used 2^16 = 65536 as FP16's limit, but values from 65520 up already round to inf (the largest "
-            "FP16 number is 65504). Test the cast itself: `torch.isinf((amax * scale).to(dtype))`."),
+    Mistake("65536",
+            replays(lambda g, d, m: _scale_by_limit(g, d, m, _power_of_two_above_max(torch.finfo(d)))),
+            "You used 2^16 = 65536 as FP16's limit, but values from 65520 up already round to inf "
+            "(the largest FP16 number is 65504). Test the cast itself: `torch.isinf((amax * "
+            "scale).to(dtype))`."),
     Mistake("signed max", replays(_scale_signed_max),
             "You ignored the sign: `max()` misses a large *negative* gradient, which overflows to -inf just "
             "the same. Use the largest magnitude, `g.abs().max()`."),
     Mistake("first only", replays(lambda g, d, m: _oracle_scale(g[:1], d, m)),
             "You looked only at the first tensor of the list: the largest gradient can be in any of them."),
     Mistake("no cap", replays(lambda g, d, m: _oracle_scale(g, d, 200)),
-            "Your scale is larger than 2**max_exponent: the cap is part of the answer (it is also what keeps a "
-            "scaler from growing forever on tiny gradients)."),
+            "Your scale is larger than 2**max_exponent: the cap is part of the answer (it is also "
+            "what keeps a scaler from growing forever on tiny gradients)."),
     Mistake("at least one", replays(_scale_at_least_one),
             "You never return a scale below 1, but gradients above the format's max (here 1e6 > 65504) "
             "already overflow at scale 1: the largest safe scale is then a negative power of two."),
@@ -461,15 +475,17 @@ def _check_scale_value(got, case):
     if got is None:
         return None
     if isinstance(got, bool):
-        stop(f"`largest_safe_scale` returned the bool {got} on {case}; return a number (a power of two) or None.")
+        stop(f"`largest_safe_scale` returned the bool {got} on {case}; return a number (a power of "
+             "two) or None.")
     value = as_number(got, "Your result is")
     if not math.isfinite(value) or value <= 0:
-        stop(f"`largest_safe_scale` returned {value} on {case}; a loss scale is a positive, finite power of two "
-             "(return None only for inf/NaN gradients).")
+        stop(f"`largest_safe_scale` returned {value} on {case}; a loss scale is a positive, finite "
+             "power of two (return None only for inf/NaN gradients).")
     mantissa, _ = math.frexp(value)
     if mantissa != 0.5:
-        stop(f"`largest_safe_scale` returned {value:g} on {case}, which is not a power of two. Return 2.0**k: "
-             "multiplying by a power of two only shifts the exponent, so it never adds rounding error itself.")
+        stop(f"`largest_safe_scale` returned {value:g} on {case}, which is not a power of two. "
+             "Return 2.0**k: multiplying by a power of two only shifts the exponent, so it never adds "
+             "rounding error itself.")
     return value
 
 
@@ -489,32 +505,38 @@ def check_largest_safe_scale(largest_safe_scale):
         detail = [f"input: {case}", f"expected 2^{int(math.log2(expected))} = {expected:g}",
                   "yours: None" if got is None else f"yours: 2^{math.log2(got):g} = {got:g}"]
         if got is None:
-            return failed("You returned None for finite gradients. None is only for gradients that already contain "
-                          "inf/NaN; check `torch.isfinite` on the FP32 gradients themselves, not after casting them "
-                          "(a finite 1e6 casts to inf in FP16, yet a scale below 1 handles it).", detail)
+            return failed("You returned None for finite gradients. None is only for gradients that "
+                          "already contain inf/NaN; check `torch.isfinite` on the FP32 gradients themselves, "
+                          "not after casting them (a finite 1e6 casts to inf in FP16, yet a scale below 1 "
+                          "handles it).", detail)
         mistake = _explain(answers, cases, SCALE_MISTAKES, first_wrong)
         if mistake is None:
             return failed("Not the largest safe power of two. Find the largest |gradient| over all tensors, "
-                          "then the largest integer k <= max_exponent with `(amax * 2.0**k).to(dtype)` finite.",
+                          "then the largest integer k <= max_exponent with `(amax * "
+                          "2.0**k).to(dtype)` finite.",
                           detail)
         return failed(mistake.text(), detail)
     special = _special_scale_cases()
     for case, grads, dtype, max_exponent in special["inf"]:
         got = _scale_answer(largest_safe_scale, case, grads, dtype, max_exponent)
         if got is not None:
-            return failed(f"On {case} you returned {got:g}. When a gradient is already inf or NaN no loss scale can "
-                          "make it finite: return None (skip this step and look for the cause). Lowering the scale "
-                          "further is what GradScaler does, and it only helps when the scale caused the overflow.")
+            return failed(f"On {case} you returned {got:g}. When a gradient is already inf or NaN no "
+                          "loss scale can make it finite: return None (skip this step and look for the "
+                          "cause). Lowering the scale further is what GradScaler does, and it only helps "
+                          "when the scale caused the overflow.")
     for case, grads, dtype, max_exponent in special["zero"]:
         try:
             got = _scale_answer(largest_safe_scale, case, grads, dtype, max_exponent)
         except LearnerProblem as problem:
             problem.result.message += (" With no nonzero gradient nothing can overflow: return the cap "
-                                       "2.0**max_exponent (log2 of 0 or max() of nothing must not be reached).")
+                                       "2.0**max_exponent (log2 of 0 or max() of nothing must not "
+                                       "be reached).")
             raise
         if got != 2.0**max_exponent:
             shown = "None" if got is None else f"{got:g}"
-            return failed(f"On {case} you returned {shown}. With no nonzero gradient nothing can overflow at any scale, "
-                          f"so the answer is the cap 2.0**max_exponent = {2.0**max_exponent:g}.")
-    return passed(f"Right on all {len(cases) + 6} inputs: the sign, every tensor in the list, the rounding edge at "
-                  "65520, scales below 1, the cap, bfloat16, inf/NaN (None) and all-zero/empty (the cap).")
+            return failed(f"On {case} you returned {shown}. With no nonzero gradient nothing can overflow "
+                          "at any scale, so the answer is the cap 2.0**max_exponent = "
+                          f"{2.0**max_exponent:g}.")
+    return passed(f"Right on all {len(cases) + 6} inputs: the sign, every tensor in the list, the "
+                  "rounding edge at 65520, scales below 1, the cap, bfloat16, inf/NaN (None) and "
+                  "all-zero/empty (the cap).")

@@ -59,13 +59,16 @@ WRONG_STORED_VALUES = {
     "sign lost": (_rounding(keep_sign=False), "sign is lost"),
     "negative zero lost": (loses_negative_zero, "Negative zero lost its sign"),
     "nan not kept": (keeps_nan_as_zero, "NaN must stay NaN"),
-    "bf16 with fp16's mantissa": (_rounding(mantissa_bits={"bfloat16": 10}), "kept float16's 10 for bfloat16"),
-    "bf16 with fp16's exponent": (_rounding(exponent_bits={"bfloat16": 5}), "bfloat16 has float32's 8 exponent bits"),
+    "bf16 with fp16's mantissa": (_rounding(mantissa_bits={"bfloat16": 10}),
+                                  "kept float16's 10 for bfloat16"),
+    "bf16 with fp16's exponent": (_rounding(exponent_bits={"bfloat16": 5}),
+                                  "bfloat16 has float32's 8 exponent bits"),
     "bf16 done as fp16": (_rounding(exponent_bits={"bfloat16": 5}, mantissa_bits={"bfloat16": 10}),
                           "stored bfloat16 values as float16"),
     "fp16 done as bf16": (_rounding(exponent_bits={"float16": 8}, mantissa_bits={"float16": 7}),
                           "float16 values with bfloat16's layout"),
-    "mantissa off by one": (_rounding(mantissa_bits={"float16": 11, "bfloat16": 8}), "Off by one in the mantissa"),
+    "mantissa off by one": (_rounding(mantissa_bits={"float16": 11, "bfloat16": 8}),
+                            "Off by one in the mantissa"),
     "no rounding at all": (returns_x, "returned x unchanged"),
 }
 
@@ -147,7 +150,8 @@ def _classify_like(**mistake):
             a = x if mistake.get("signed") else abs(x)
             if not mistake.get("no_nan") and math.isnan(x):
                 kinds.append("nan")
-            elif (a > largest) if mistake.get("overflow_at_max") else (a >= (2 - 2.0 ** -(m + 1)) * 2.0**bias):
+            elif ((a > largest) if mistake.get("overflow_at_max")
+                  else (a >= (2 - 2.0 ** -(m + 1)) * 2.0**bias)):
                 kinds.append("normal" if mistake.get("never_inf") and math.isfinite(x) else "inf")
             elif a >= (normal if mistake.get("raw_normal") else normal - sub / 2):
                 kinds.append("normal")
@@ -250,7 +254,8 @@ STORED_VALUE_CASES = {  # rule name: (format, x, the learner's wrong value)
     "truncation": (FLOAT16, 1 + 0.7 * 2.0**-10, 1.0),
     "ties away": (FLOAT16, 1 + 2.0**-11, 1 + 2.0**-10),
     "flush": (FLOAT16, 0.5 * F16_NORMAL, 0.0),
-    "subnormal precision": (FLOAT16, 3.3 * F16_SUB, model_round(3.3 * F16_SUB, 5, 10, subnormals="unbounded")),
+    "subnormal precision": (FLOAT16, 3.3 * F16_SUB,
+                            model_round(3.3 * F16_SUB, 5, 10, subnormals="unbounded")),
     "saturate": (FLOAT16, 1e5, 65504.0),
     "overflow before rounding": (FLOAT16, 65519.0, math.inf),
     "bfloat16 for float16": (FLOAT16, 0.1, model_round(0.1, 8, 7)),

@@ -55,7 +55,8 @@ def frac_normal_threshold(grad, dtype, scale):
     if not v.numel():
         return 0.0, 0.0
     stored = (v * scale).to(dtype)
-    return (stored.abs() < torch.finfo(dtype).tiny).float().mean().item(), torch.isinf(stored).float().mean().item()
+    under = (stored.abs() < torch.finfo(dtype).tiny).float().mean().item()
+    return under, torch.isinf(stored).float().mean().item()
 
 
 def frac_no_abs(grad, dtype, scale):
@@ -165,7 +166,7 @@ def test_lost_fractions_check_is_fast():
     assert time.perf_counter() - start < 2.0
 
 
-# ----------------------------------------------------------------------------- checker 02.2 largest_safe_scale
+# ---------------------------------------------------------------------------- checker 02.2 largest_safe_scale
 
 
 def test_largest_safe_scale_solution_passes():
@@ -342,7 +343,7 @@ def test_checks_run_in_strict_mode_on_the_solution(strict):
     assert check_largest_safe_scale(solution(LESSON, "largest_safe_scale")).passed
 
 
-# ----------------------------------------------------------------------------- the mistake tables, rule by rule
+# --------------------------------------------------------------------------- the mistake tables, rule by rule
 
 
 def frac_counts(grad, dtype, scale):

@@ -53,7 +53,8 @@ def step_always_unscale(model, optimizer, scaler, loss_fn, inputs, targets, *, d
     return loss.item()
 
 
-def step_positional_dtype(model, optimizer, scaler, loss_fn, inputs, targets, dtype=torch.float16, max_norm=None):
+def step_positional_dtype(model, optimizer, scaler, loss_fn, inputs, targets, dtype=torch.float16,
+                          max_norm=None):
     for p in model.parameters():
         p.grad = None
     with torch.autocast(inputs.device.type, dtype):
@@ -237,7 +238,8 @@ def loss_outside_autocast(model, optimizer, scaler, loss_fn, inputs, targets, *,
 
 def new_scaler_inside(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
     scaler = torch.amp.GradScaler(inputs.device.type)
-    return reference_train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype, max_norm=max_norm)
+    return reference_train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype,
+                                max_norm=max_norm)
 
 
 def update_before_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
@@ -373,7 +375,8 @@ def clip_after_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype
 
 
 def no_clipping(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
-    return reference_train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype, max_norm=None)
+    return reference_train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype,
+                                max_norm=None)
 
 
 def clips_when_max_norm_none(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
@@ -602,8 +605,8 @@ def test_scheduler_wrong_answer_is_named(fn):
     assert SCHED_WRONG[fn] in result.message, result.message
 
 
-@pytest.mark.parametrize("junk", [None, "f", 1, lambda s: True, lambda *a: 1 / 0, lambda *a: torch.tensor([True, False])],
-                         ids=range(6))
+@pytest.mark.parametrize("junk", [None, "f", 1, lambda s: True, lambda *a: 1 / 0,
+                                  lambda *a: torch.tensor([True, False])], ids=range(6))
 def test_scheduler_junk_never_raises(junk):
     result = check_scheduler_step(junk)
     assert result.status == "failed" and result.message
