@@ -2,20 +2,33 @@
 
 Both run on the CPU with small, deterministic models whose float16 overflow is certain (values between
 65504 and float32's range), so a check answers in well under a second on any machine.
+
+Each names the mistake with tables of small named rules (``amp_lessons.checks.mistakes``), first match wins:
+- 05.1 checks every call (``CALL_MISTAKES``: hooks left, model changed, autocast left on, not a name), then
+  reads all wrong answers together (``FINDER_MISTAKES``): a known wrong approach (no autocast, the last
+  name, NaN only, ...) is recognised when, replayed on the same cases, it gives every one of them;
+- 05.2 watches the learner's forward without autocast (``PLAIN_MISTAKES``: it must be TextureNet.forward)
+  and under float16 autocast (``AUTOCAST_MISTAKES``: which op ran in which dtype, finite, close to FP32),
+  then runs one real training step through it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from amp_lessons.autocast_state import OpDtypeRecorder, autocast_enabled
-from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed
+from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.checks.mistakes import Mistake, first_mistake
 from amp_lessons.debugging import find_first_nonfinite, hook_count
 from amp_lessons.models import TextureNet, texture_batch
+
+DTYPE = torch.float16  # the autocast dtype every 05.1 case is run in
 
 # --------------------------------------------------------------------------------------------------
 # 05.1 first_nonfinite_module(model, inputs, dtype) -> qualified name | None
@@ -41,7 +54,7 @@ class _DefinedBackwards(nn.Module):
 
 
 class _InlineMatmul(nn.Module):
-    """The overflow happens in the container's own code; the first module *output* that is non-finite is `b`."""
+    """The overflow happens in the container's own code; the first non-finite module *output* is `b`'s."""
 
     def __init__(self):
         super().__init__()
@@ -94,7 +107,7 @@ def _finder_cases():
 
 
 def _outputs_in_finish_order(model, inputs, dtype, *, autocast=True, top_only=False):
-    """[(name, output)] in the order modules finished their forward (the reference and the mistake oracles)."""
+    """[(name, output)] in the order modules finished their forward (for the answer and wrong approaches)."""
     seen = []
     children = {id(m) for m in model.children()}
     handles = []
@@ -127,123 +140,206 @@ def _definition_order(model, pairs):
     return _first([(name, outputs[name]) for name, _ in model.named_modules() if name and name in outputs])
 
 
-def _mistake_answers(model, inputs, dtype):
-    """What each known wrong approach answers on this case."""
-    every = _outputs_in_finish_order(model, inputs, dtype)
-    return {
-        "no autocast": _first(_outputs_in_finish_order(model, inputs, dtype, autocast=False)),
-        "last": _last(every),
-        "nan only": _first(every, test=lambda t: bool(torch.isnan(t).any())),
-        "inf only": _first(every, test=lambda t: bool(torch.isinf(t).any())),
-        "top level": _first(_outputs_in_finish_order(model, inputs, dtype, top_only=True)),
-        "definition order": _definition_order(model, every),
-    }
+def _without_autocast(model, inputs, dtype):
+    return _first(_outputs_in_finish_order(model, inputs, dtype, autocast=False))
 
 
-_FINDER_MISTAKES = {
-    "no autocast": (
-        "Your function found nothing where float16 overflows: it ran the model without autocast (or in another "
-        "dtype), and in float32 these values are ordinary numbers. Run the forward inside "
-        "`with torch.autocast(device_type=inputs.device.type, dtype=dtype):`."
-    ),
-    "last": (
-        "You returned the LAST module whose output is non-finite. Once one value is inf/NaN every later layer "
-        "(and the model itself, whose hook fires last) is non-finite too: keep the first name you see and ignore the "
-        "rest (e.g. `if not found: found.append(name)`)."
-    ),
-    "nan only": (
+def _last_nonfinite(model, inputs, dtype):
+    return _last(_outputs_in_finish_order(model, inputs, dtype))
+
+
+def _nan_only(model, inputs, dtype):
+    return _first(_outputs_in_finish_order(model, inputs, dtype), test=lambda t: bool(torch.isnan(t).any()))
+
+
+def _inf_only(model, inputs, dtype):
+    return _first(_outputs_in_finish_order(model, inputs, dtype), test=lambda t: bool(torch.isinf(t).any()))
+
+
+def _top_level_only(model, inputs, dtype):
+    return _first(_outputs_in_finish_order(model, inputs, dtype, top_only=True))
+
+
+def _in_definition_order(model, inputs, dtype):
+    return _definition_order(model, _outputs_in_finish_order(model, inputs, dtype))
+
+
+@dataclass
+class FinderCall:
+    """What one call of the learner's finder did besides answering (facts for ``CALL_MISTAKES``)."""
+
+    label: str
+    got: object
+    hooks_left: int
+    changed_model: bool
+    autocast_on: bool
+
+
+# Checked after every call, in this order: a finder must only watch, and answer with a name or None.
+CALL_MISTAKES = (
+    Mistake("left hooks on the model", lambda call: call.hooks_left != 0, lambda call: (
+        f"On {call.label} your function left {call.hooks_left} hook(s) on the model. Keep the handles that "
+        "register_forward_hook returns and call handle.remove() on each in a `finally:` block, so they are "
+        "removed even when the forward raises.")),
+    Mistake("changed the model", lambda call: call.changed_model, lambda call: (
+        f"On {call.label} your function changed the model (its weights or their dtype, e.g. with "
+        "model.half()). A finder must only watch: autocast picks each op's dtype without touching the "
+        "model.")),
+    Mistake("left autocast on", lambda call: call.autocast_on,
+            "Autocast is still on after your function returned: use it as `with torch.autocast(...):`."),
+    Mistake("returned a module", lambda call: isinstance(call.got, nn.Module),
+            "You returned a module object; return its qualified name, the string `model.named_modules()` "
+            "gives with it (e.g. 'block.fc2')."),
+    Mistake("returned neither a name nor None",
+            lambda call: call.got is not None and not isinstance(call.got, str), lambda call: (
+                f"Your function returned a {type(call.got).__name__}; return a module name (str) or None.")),
+)
+
+
+@dataclass
+class WrongAnswer:
+    """One case the learner's finder got wrong, with what it takes to replay a known wrong approach on it."""
+
+    label: str
+    got: object
+    expected: str | None
+    model: nn.Module
+    inputs: torch.Tensor
+    dtype: torch.dtype = torch.float16
+
+
+def _lines(wrong: list, words: str = "the first non-finite module is") -> list:
+    return [f"{w.label}: you returned {w.got!r}, {words} {w.expected!r}" for w in wrong]
+
+
+@dataclass(frozen=True)
+class FinderMistake(Mistake):
+    """A known wrong answer to 05.1 (facts: the list of ``WrongAnswer``) and the evidence listed under it."""
+
+    details: Callable[[list], list] = lambda wrong: _lines(wrong[:1])
+
+
+def _everywhere(approach):
+    """recognise: on every case you got wrong, you answered what ``approach`` answers there."""
+    return lambda wrong: all(w.got == approach(w.model, w.inputs, w.dtype) for w in wrong)
+
+
+def _returned_the_model_itself(wrong: list) -> bool:
+    return all(w.got == "" for w in wrong if w.expected is not None) and any(w.expected for w in wrong)
+
+
+def _named_a_finite_case(wrong: list) -> str:
+    return (f"On {wrong[0].label} every output is finite, so the answer is None; you returned "
+            f"{wrong[0].got!r}. Return a name only when `torch.isfinite(output).all()` is False.")
+
+
+def _named_the_model_once(wrong: list) -> str:
+    return (f"On {wrong[0].label} you returned '' — the model itself. Its forward hook fires last, after all "
+            f"submodules; the first non-finite output is {wrong[0].expected!r}.")
+
+
+def _named_another_module(wrong: list) -> str:
+    return (f"On {wrong[0].label} you returned {wrong[0].got!r}, but the first module (in the order modules "
+            f"finish) whose output is non-finite is {wrong[0].expected!r}.")
+
+
+# What the wrong answers, all together, say about the approach: most specific first, the last one always fits.
+# A wrong approach is recognised when, on every case you got wrong, you answered what it answers.
+FINDER_MISTAKES = (
+    FinderMistake("returned the model itself", _returned_the_model_itself, (
+        "You returned '' — the model itself. Its forward hook fires LAST, after every submodule, and its "
+        "output is non-finite as soon as anything inside is. Either you kept the last name your hooks saw "
+        "(keep the first), or you scanned `model.named_modules()`, which lists the model itself first "
+        "(record names in the hooks, in the order they fire)."), details=_lines),
+    FinderMistake("ran without autocast", _everywhere(_without_autocast), (
+        "Your function found nothing where float16 overflows: it ran the model without autocast (or in "
+        "another dtype), and in float32 these values are ordinary numbers. Run the forward inside `with "
+        "torch.autocast(device_type=inputs.device.type, dtype=dtype):`.")),
+    FinderMistake("kept the last", _everywhere(_last_nonfinite), (
+        "You returned the LAST module whose output is non-finite. Once one value is inf/NaN every later "
+        "layer (and the model itself, whose hook fires last) is non-finite too: keep the first name you see "
+        "and ignore the rest (e.g. `if not found: found.append(name)`).")),
+    FinderMistake("NaN only", _everywhere(_nan_only), (
         "You looked for NaN only. An overflow produces +-inf first; NaN appears a layer later (inf - inf, "
-        "0 * inf). Test with `torch.isfinite(output).all()`, which catches both."
-    ),
-    "inf only": (
-        "You looked for inf only, so a NaN (here one that was already in the batch) went unnoticed. Test with "
-        "`torch.isfinite(output).all()`, which catches inf and NaN."
-    ),
-    "top level": (
-        "You only watched the top-level children (model.children()), so you named the block that contains the "
-        "overflowing layer. Register the hook on every module from `model.named_modules()` to see inside blocks."
-    ),
-    "definition order": (
-        "You reported modules in the order they are DEFINED (named_modules()), not the order they RUN. Record the "
-        "names inside the forward hooks, as the hooks fire: that is the order the values are produced."
-    ),
-}
+        "0 * inf). Test with `torch.isfinite(output).all()`, which catches both.")),
+    FinderMistake("inf only", _everywhere(_inf_only), (
+        "You looked for inf only, so a NaN (here one that was already in the batch) went unnoticed. Test "
+        "with `torch.isfinite(output).all()`, which catches inf and NaN.")),
+    FinderMistake("top-level children only", _everywhere(_top_level_only), (
+        "You only watched the top-level children (model.children()), so you named the block that contains "
+        "the overflowing layer. Register the hook on every module from `model.named_modules()` to see inside "
+        "blocks.")),
+    FinderMistake("definition order", _everywhere(_in_definition_order), (
+        "You reported modules in the order they are DEFINED (named_modules()), not the order they RUN. "
+        "Record the names inside the forward hooks, as the hooks fire: that is the order the values are "
+        "produced.")),
+    FinderMistake("a name where everything is finite", lambda wrong: wrong[0].expected is None,
+                  _named_a_finite_case, details=lambda wrong: []),
+    FinderMistake("returned the model itself once", lambda wrong: wrong[0].got == "", _named_the_model_once,
+                  details=lambda wrong: _lines(wrong, "expected")),
+    FinderMistake("another module", lambda wrong: True, _named_another_module,
+                  details=lambda wrong: _lines(wrong, "expected")),
+)
+
+
+def _wrong_answers(first_nonfinite_module) -> list:
+    """Run the learner's finder on every case: the ``WrongAnswer`` list, or stop at the first call mistake."""
+    wrong = []
+    for label, model, inputs, expected in _finder_cases():
+        hooks_before = hook_count(model)
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        got = call_learner(first_nonfinite_module, model, inputs.clone(), DTYPE)
+        changed = any(p.dtype != torch.float32 for p in model.parameters()) or any(
+            not torch.equal(state[k], v) for k, v in model.state_dict().items())
+        call = FinderCall(label, got, hook_count(model) - hooks_before, changed, autocast_enabled("cpu"))
+        rule = first_mistake(CALL_MISTAKES, call)
+        if rule:
+            stop(rule.text(call))
+        if got != expected:
+            wrong.append(WrongAnswer(label, got, expected, model, inputs, DTYPE))
+    return wrong
 
 
 @checker("05.1 first_nonfinite_module")
 def check_first_nonfinite_module(first_nonfinite_module):
-    """``first_nonfinite_module(model, inputs, dtype)`` names the first module (finish order) with a non-finite output."""
-    dtype = torch.float16
-    wrong = []  # (label, got, expected, mistake answers)
-    for label, model, inputs, expected in _finder_cases():
-        hooks_before = hook_count(model)
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        got = call_learner(first_nonfinite_module, model, inputs.clone(), dtype)
-        if hook_count(model) != hooks_before:
-            return failed(
-                f"On {label} your function left {hook_count(model) - hooks_before} hook(s) on the model. Keep the "
-                "handles that register_forward_hook returns and call handle.remove() on each in a `finally:` block, "
-                "so they are removed even when the forward raises."
-            )
-        if any(p.dtype != torch.float32 for p in model.parameters()) or any(
-            not torch.equal(state[k], v) for k, v in model.state_dict().items()
-        ):
-            return failed(
-                f"On {label} your function changed the model (its weights or their dtype, e.g. with model.half()). "
-                "A finder must only watch: autocast picks each op's dtype without touching the model."
-            )
-        if autocast_enabled("cpu"):
-            return failed("Autocast is still on after your function returned: use it as `with torch.autocast(...):`.")
-        if isinstance(got, nn.Module):
-            return failed(
-                "You returned a module object; return its qualified name, the string `model.named_modules()` gives "
-                "with it (e.g. 'block.fc2')."
-            )
-        if got is not None and not isinstance(got, str):
-            return failed(f"Your function returned a {type(got).__name__}; return a module name (str) or None.")
-        if got != expected:
-            wrong.append((label, got, expected, _mistake_answers(model, inputs, dtype)))
+    """``first_nonfinite_module(model, inputs, dtype)``: the first module (finish order) whose output is
+    non-finite."""
+    wrong = _wrong_answers(first_nonfinite_module)
     if not wrong:
         return passed(
-            "You named the first non-finite module on all seven cases: inside blocks, in the order modules run, "
-            "inf as well as NaN, None when everything is finite, and your hooks are gone afterwards."
+            "You named the first non-finite module on all seven cases: inside blocks, in the order modules "
+            "run, inf as well as NaN, None when everything is finite, and your hooks are gone afterwards."
         )
-    if all(got == "" for _, got, expected, _ in wrong if expected is not None) and any(e for _, _, e, _ in wrong):
-        return failed(
-            "You returned '' — the model itself. Its forward hook fires LAST, after every submodule, and its output is "
-            "non-finite as soon as anything inside is. Either you kept the last name your hooks saw (keep the first), "
-            "or you scanned `model.named_modules()`, which lists the model itself first (record names in the hooks, "
-            "in the order they fire).",
-            [f"{lbl}: you returned {g!r}, the first non-finite module is {e!r}" for lbl, g, e, _ in wrong],
-        )
-    for mistake, message in _FINDER_MISTAKES.items():
-        if all(got == answers[mistake] for _, got, _, answers in wrong):
-            label, got, expected, _ = wrong[0]
-            return failed(message, [f"{label}: you returned {got!r}, the first non-finite module is {expected!r}"])
-    label, got, expected, _ = wrong[0]
-    if expected is None:
-        return failed(
-            f"On {label} every output is finite, so the answer is None; you returned {got!r}. Return a name only when "
-            "`torch.isfinite(output).all()` is False."
-        )
-    if got == "":
-        return failed(
-            f"On {label} you returned '' — the model itself. Its forward hook fires last, after all submodules; "
-            f"the first non-finite output is {expected!r}.",
-            [f"{lbl}: you returned {g!r}, expected {e!r}" for lbl, g, e, _ in wrong],
-        )
-    return failed(
-        f"On {label} you returned {got!r}, but the first module (in the order modules finish) whose output is "
-        f"non-finite is {expected!r}.",
-        [f"{lbl}: you returned {g!r}, expected {e!r}" for lbl, g, e, _ in wrong],
-    )
+    rule = first_mistake(FINDER_MISTAKES, wrong)
+    return failed(rule.text(wrong), rule.details(wrong))
 
 
 # --------------------------------------------------------------------------------------------------
 # 05.2 texture_forward(model, x): the Gram product in FP32, everything else as autocast chooses
 # --------------------------------------------------------------------------------------------------
-_HIDING_OPS = {"clamp", "clamp_", "clip", "clip_", "nan_to_num", "nan_to_num_", "where", "masked_fill", "masked_fill_",
+_HIDING_OPS = {"clamp", "clamp_", "clip", "clip_", "nan_to_num", "nan_to_num_", "where", "masked_fill",
+               "masked_fill_",
                "clamp_max", "clamp_min", "minimum", "maximum", "hardtanh"}
+
+
+def _hiding_ops(recorder) -> list:
+    """The ops that hide an overflow (clamp, nan_to_num, where, ...) the learner's forward called, sorted."""
+    return sorted({c.name for c in recorder.calls if c.name in _HIDING_OPS})
+
+
+def _hiding_message(hid) -> str:
+    return (
+        f"You hid the overflow instead of fixing the precision ({', '.join(hid) or 'replaced the infs'}): "
+        "the output is finite but every clamped entry is wrong, so the logits no longer match the FP32 "
+        "reference. Compute the product in float32 instead."
+    )
+
+
+_BF16_MESSAGE = (
+    "Your Gram product runs in bfloat16. bfloat16 has the range (no overflow) but only 8 significant bits: "
+    "products near 1e5 are rounded to steps of 512, so the pooled features and the logits move away from the "
+    "FP32 reference. Use float32 for this op: `enabled=False` and .float() on the inputs."
+)
 
 
 class _Patched(nn.Module):
@@ -268,8 +364,8 @@ def _run_learner(fn, model, x, *, autocast: bool):
     """Call the learner's forward, watching op dtypes and the dtypes of `features` / `head` outputs."""
     module_dtypes = {}
     handles = [
-        model.features.register_forward_hook(lambda m, a, out: module_dtypes.__setitem__("features", out.dtype)),
-        model.head.register_forward_hook(lambda m, a, out: module_dtypes.__setitem__("head", out.dtype)),
+        module.register_forward_hook(lambda m, a, out, name=name: module_dtypes.__setitem__(name, out.dtype))
+        for name, module in (("features", model.features), ("head", model.head))
     ]
     recorder = OpDtypeRecorder("cpu")
     try:
@@ -283,8 +379,9 @@ def _run_learner(fn, model, x, *, autocast: bool):
             problem.result.message = _BF16_MESSAGE + "\n(" + message + ")"
         elif problem.result.status == FAILED and "dtype" in message.lower():
             problem.result.message = (
-                "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a float16 "
-                "operand meet in one matmul. Cast BOTH operands with .float() inside the block.\n" + message
+                "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a "
+                "float16 operand meet in one matmul. Cast BOTH operands with .float() inside the "
+                "block.\n" + message
             )
         raise
     finally:
@@ -292,8 +389,8 @@ def _run_learner(fn, model, x, *, autocast: bool):
             handle.remove()
     if autocast and not still_on:
         raise LearnerProblem(failed(
-            "After your function returned, autocast was switched off for the caller: disable it only inside a "
-            "`with torch.autocast(device_type=..., enabled=False):` block, which restores it on exit."))
+            "After your function returned, autocast was switched off for the caller: disable it only inside "
+            "a `with torch.autocast(device_type=..., enabled=False):` block, which restores it on exit."))
     return got, recorder, module_dtypes
 
 
@@ -302,138 +399,159 @@ def _gram_call(recorder, batch, channels):
     return next((c for c in recorder.matmuls if c.shape == (batch, channels, channels)), None)
 
 
+@dataclass
+class TextureRun:
+    """One call of the learner's forward (facts for the 05.2 rules): its output, the ops it ran, the dtype
+    each of ``features`` and ``head`` returned, and the FP32 reference it must match."""
+
+    got: object
+    recorder: OpDtypeRecorder
+    module_dtypes: dict
+    reference: torch.Tensor
+    batch: int
+    channels: int
+    classes: int
+
+    @property
+    def gram(self):
+        return _gram_call(self.recorder, self.batch, self.channels)
+
+    @property
+    def hid(self) -> list:
+        return _hiding_ops(self.recorder)
+
+    @property
+    def finite(self) -> bool:
+        return bool(torch.isfinite(self.got).all())
+
+    def ran_in(self, module: str):
+        return self.module_dtypes.get(module)
+
+    @property
+    def matches_reference(self) -> bool:
+        return self.got.dtype == torch.float32 and torch.allclose(self.got.detach().float(), self.reference,
+                                                                   rtol=1e-4, atol=1e-3)
+
+    @property
+    def cast_after(self) -> bool:
+        """A cast to float32 whose result is already non-finite: the inf came from float16 before it."""
+        return any(c.name in ("float", "to", "type") and c.output_dtype == "float32" and not c.finite
+                   for c in self.recorder.calls)
+
+    @property
+    def difference(self) -> float:
+        return (self.got.detach().float() - self.reference).abs().max().item()
+
+    @property
+    def tolerance(self) -> float:
+        return 2e-3 * self.reference.abs().max().item() + 1e-2
+
+
+def _observe(texture_forward, model, x, reference, *, autocast: bool) -> TextureRun:
+    got, recorder, module_dtypes = _run_learner(texture_forward, model, x, autocast=autocast)
+    return TextureRun(got, recorder, module_dtypes, reference, x.shape[0], model.features[0].out_features,
+                      model.head.out_features)
+
+
+# 1. Called without autocast, the function must be TextureNet.forward itself.
+PLAIN_MISTAKES = (
+    Mistake("not a tensor", lambda run: not isinstance(run.got, torch.Tensor), lambda run: (
+        f"texture_forward returned a {type(run.got).__name__}; return the logits tensor "
+        "(what `model.head(...)` gives).")),
+    Mistake("not the logits' shape", lambda run: tuple(run.got.shape) != (run.batch, run.classes),
+            lambda run: (
+        f"texture_forward returned shape {tuple(run.got.shape)}; the logits are [{run.batch}, {run.classes}] "
+        "(batch, classes). Return `model.head(gram.flatten(1))`.")),
+    Mistake("Gram product in bfloat16",
+            lambda run: run.gram is not None and run.gram.output_dtype == "bfloat16", _BF16_MESSAGE),
+    Mistake("hid the overflow", lambda run: not run.matches_reference and run.hid, lambda run: (
+        _hiding_message(run.hid) + " Even in float32 your clamping changes the Gram entries above "
+        "65504, which are perfectly valid there.")),
+    Mistake("changed the math", lambda run: not run.matches_reference, (
+        "Called without autocast, your function does not reproduce TextureNet.forward: keep the math as it "
+        "is (features -> Gram product h^T @ h -> divide by the number of tokens -> head); only the precision "
+        "of one op should change.")),
+)
+
+# 2. Under float16 autocast: finite, the Gram product in float32, the rest in float16, close to the reference.
+AUTOCAST_MISTAKES = (
+    Mistake("not the logits", lambda run: not isinstance(run.got, torch.Tensor)
+            or tuple(run.got.shape) != (run.batch, run.classes),
+            "Under autocast texture_forward did not return the [batch, classes] logits tensor."),
+    Mistake("everything in float32", lambda run: run.ran_in("features") == torch.float32, (
+        "Your whole forward ran in float32: `model.features` produced float32 although it is a Linear that "
+        "autocast runs in float16. Disabling autocast for the whole model throws away the mixed precision; "
+        "keep `enabled=False` around the Gram product only.")),
+    Mistake("no Gram product", lambda run: run.gram is None, (
+        "No matmul produced the [batch, channels, channels] Gram matrix: compute "
+        "`h.transpose(1, 2) @ h` (in float32) as TextureNet.forward does.")),
+    Mistake("Gram product in bfloat16", lambda run: run.gram.output_dtype == "bfloat16", _BF16_MESSAGE),
+    Mistake("inputs left in float16",
+            lambda run: not run.finite and run.gram.output_dtype == "float16" and not run.gram.autocast, (
+                "You switched autocast off around the Gram product but its inputs are still float16 (h comes "
+                "out of a float16 Linear), so the product ran in float16 and overflowed anyway. Cast them: "
+                "`h.float().transpose(1, 2) @ h.float()`.")),
+    Mistake("the wrong op in float32", lambda run: not run.finite and run.ran_in("head") == torch.float32, (
+        "You moved the wrong op to float32: `head` ran in float32, but the Gram product still ran in "
+        "float16 and overflowed before head ever saw it. Use the finder's report: the first non-finite "
+        "value is the input of head, computed by h^T @ h.")),
+    Mistake("cast after the product", lambda run: not run.finite and run.cast_after, (
+        "You cast to float32 AFTER the product: `(h.transpose(1, 2) @ h).float()` converts an inf that "
+        "float16 already produced. The inputs must be float32 before the matmul runs.")),
+    Mistake("nothing fixed", lambda run: not run.finite, (
+        "Nothing was fixed: under float16 autocast the Gram product h^T @ h still runs in float16, exceeds "
+        "65504 and the logits are inf/NaN. Wrap it in `with torch.autocast(device_type=x.device.type, "
+        "enabled=False):` and cast its inputs with .float().")),
+    Mistake("hid the overflow",
+            lambda run: run.hid or (run.gram.output_dtype == "float16" and not run.gram.finite),
+            lambda run: _hiding_message(run.hid)),
+    Mistake("rescaled instead", lambda run: run.gram.output_dtype == "float16", (
+        "Your Gram product still runs in float16 and happens to stay finite (did you rescale h before the "
+        "product?). That is a legitimate trick, but it still depends on float16's range — a longer sequence "
+        "overflows again. This exercise practises the precision fix: autocast off locally, inputs cast "
+        "to float32.")),
+    Mistake("float32 block too wide", lambda run: run.ran_in("head") == torch.float32, (
+        "The Gram product is float32 now (good), but `head` ran in float32 too: your `enabled=False` block "
+        "is wider than needed. End it right after the product so head's Linear runs in float16 as "
+        "autocast chooses.")),
+    Mistake("logits off the reference", lambda run: not run.difference <= run.tolerance, lambda run: (
+        f"The logits differ from the FP32 reference by up to {run.difference:.4g} (allowed "
+        f"{run.tolerance:.3g}): keep the rest of the forward unchanged.")),
+)
+
+
+def _training_step_problem(texture_forward, model, x, y) -> str | None:
+    """3. A real training step through the fixed forward must be finite (None when it is)."""
+    patched = _Patched(model, texture_forward)
+    optimizer = torch.optim.SGD(patched.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+    try:
+        report = find_first_nonfinite(patched, optimizer, scaler, F.cross_entropy, x, y, dtype=torch.float16)
+    except LearnerProblem:
+        raise
+    except Exception as exc:  # the forward already ran twice above; an error here is still the learner's
+        return f"A training step through texture_forward raised {type(exc).__name__}: {exc}"
+    if report.found:
+        return "The forward is finite but a training step through it is not. " + report.headline()
+    return None
+
+
 @checker("05.2 texture_forward keeps only the Gram product in FP32")
 def check_texture_forward(texture_forward):
     """The learner's TextureNet forward: finite under FP16 autocast, FP32 only for ``h^T @ h``, same math."""
     for seed in (0, 1):
         model, x, y = _texture_case(seed)
-        batch, channels = x.shape[0], model.features[0].out_features
-        classes = model.head.out_features
         with torch.no_grad():
             reference = model(x)
-
-        # 1. Without autocast the function must be TextureNet.forward itself.
-        got, recorder, _ = _run_learner(texture_forward, model, x, autocast=False)
-        if not isinstance(got, torch.Tensor):
-            return failed(f"texture_forward returned a {type(got).__name__}; return the logits tensor "
-                          "(what `model.head(...)` gives).")
-        if tuple(got.shape) != (batch, classes):
-            return failed(f"texture_forward returned shape {tuple(got.shape)}; the logits are [{batch}, {classes}] "
-                          "(batch, classes). Return `model.head(gram.flatten(1))`.")
-        gram = _gram_call(recorder, batch, channels)
-        if gram is not None and gram.output_dtype == "bfloat16":
-            return failed(_BF16_MESSAGE)
-        if got.dtype != torch.float32 or not torch.allclose(got.detach().float(), reference, rtol=1e-4, atol=1e-3):
-            hid = _hiding_ops(recorder)
-            if hid:
-                return failed(_hiding_message(hid) + " Even in float32 your clamping changes the Gram entries above "
-                              "65504, which are perfectly valid there.")
-            return failed(
-                "Called without autocast, your function does not reproduce TextureNet.forward: keep the math as it is "
-                "(features -> Gram product h^T @ h -> divide by the number of tokens -> head); only the precision of "
-                "one op should change."
-            )
-
-        # 2. Under float16 autocast: finite, Gram product in float32, the rest in float16, close to the reference.
-        got, recorder, module_dtypes = _run_learner(texture_forward, model, x, autocast=True)
-        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (batch, classes):
-            return failed("Under autocast texture_forward did not return the [batch, classes] logits tensor.")
-        gram = _gram_call(recorder, batch, channels)
-        finite = bool(torch.isfinite(got).all())
-        hid = _hiding_ops(recorder)
-        if module_dtypes.get("features") == torch.float32:
-            return failed(
-                "Your whole forward ran in float32: `model.features` produced float32 although it is a Linear "
-                "that autocast runs in float16. Disabling autocast for the whole model throws away the mixed precision; "
-                "keep `enabled=False` around the Gram product only."
-            )
-        if gram is None:
-            return failed("No matmul produced the [batch, channels, channels] Gram matrix: compute "
-                          "`h.transpose(1, 2) @ h` (in float32) as TextureNet.forward does.")
-        if gram.output_dtype == "bfloat16":
-            return failed(_BF16_MESSAGE)
-        if not finite:
-            if gram.output_dtype == "float16" and not gram.autocast:
-                return failed(
-                    "You switched autocast off around the Gram product but its inputs are still float16 (h comes out "
-                    "of a float16 Linear), so the product ran in float16 and overflowed anyway. Cast them: "
-                    "`h.float().transpose(1, 2) @ h.float()`."
-                )
-            if module_dtypes.get("head") == torch.float32:
-                return failed(
-                    "You moved the wrong op to float32: `head` ran in float32, but the Gram product still ran in "
-                    "float16 and overflowed before head ever saw it. Use the finder's report: the first non-finite "
-                    "value is the input of head, computed by h^T @ h."
-                )
-            casts = [c for c in recorder.calls if c.name in ("float", "to", "type") and c.output_dtype == "float32"
-                     and not c.finite]
-            if casts:
-                return failed(
-                    "You cast to float32 AFTER the product: `(h.transpose(1, 2) @ h).float()` converts an inf that "
-                    "float16 already produced. The inputs must be float32 before the matmul runs."
-                )
-            return failed(
-                "Nothing was fixed: under float16 autocast the Gram product h^T @ h still runs in float16, exceeds "
-                "65504 and the logits are inf/NaN. Wrap it in `with torch.autocast(device_type=x.device.type, "
-                "enabled=False):` and cast its inputs with .float()."
-            )
-        if hid or (gram.output_dtype == "float16" and not gram.finite):
-            return failed(_hiding_message(hid))
-        if gram.output_dtype == "float16":
-            return failed(
-                "Your Gram product still runs in float16 and happens to stay finite (did you rescale h before the "
-                "product?). That is a legitimate trick, but it still depends on float16's range — a longer sequence "
-                "overflows again. This exercise practises the precision fix: autocast off locally, inputs cast "
-                "to float32."
-            )
-        if module_dtypes.get("head") == torch.float32:
-            return failed(
-                "The Gram product is float32 now (good), but `head` ran in float32 too: your `enabled=False` block "
-                "is wider than needed. End it right after the product so head's Linear runs in float16 as "
-                "autocast chooses."
-            )
-        difference = (got.detach().float() - reference).abs().max().item()
-        tolerance = 2e-3 * reference.abs().max().item() + 1e-2
-        if not difference <= tolerance:
-            return failed(
-                f"The logits differ from the FP32 reference by up to {difference:.4g} (allowed {tolerance:.3g}): "
-                "keep the rest of the forward unchanged."
-            )
-
-        # 3. A real training step through the fixed forward must be finite.
-        patched = _Patched(model, texture_forward)
-        optimizer = torch.optim.SGD(patched.parameters(), lr=1e-4)
-        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
-        try:
-            report = find_first_nonfinite(patched, optimizer, scaler, F.cross_entropy, x, y, dtype=torch.float16)
-        except LearnerProblem:
-            raise
-        except Exception as exc:  # the forward already ran twice above; an error here is still the learner's
-            return failed(f"A training step through texture_forward raised {type(exc).__name__}: {exc}")
-        if report.found:
-            return failed("The forward is finite but a training step through it is not. " + report.headline())
+        for rules, autocast in ((PLAIN_MISTAKES, False), (AUTOCAST_MISTAKES, True)):
+            run = _observe(texture_forward, model, x, reference, autocast=autocast)
+            rule = first_mistake(rules, run)
+            if rule:
+                return failed(rule.text(run))
+        problem = _training_step_problem(texture_forward, model, x, y)
+        if problem:
+            return failed(problem)
     return passed(
-        "Only the Gram product runs in float32; features and head still run in float16; the logits are finite, match "
-        "the FP32 reference, and a training step through your forward is finite."
+        "Only the Gram product runs in float32; features and head still run in float16; the logits are "
+        "finite, match the FP32 reference, and a training step through your forward is finite."
     )
-
-
-def _hiding_ops(recorder) -> list:
-    """The ops that hide an overflow (clamp, nan_to_num, where, ...) the learner's forward called, sorted."""
-    return sorted({c.name for c in recorder.calls if c.name in _HIDING_OPS})
-
-
-def _hiding_message(hid) -> str:
-    return (
-        f"You hid the overflow instead of fixing the precision ({', '.join(hid) or 'replaced the infs'}): the output "
-        "is finite but every clamped entry is wrong, so the logits no longer match the FP32 reference. Compute the "
-        "product in float32 instead."
-    )
-
-
-_BF16_MESSAGE = (
-    "Your Gram product runs in bfloat16. bfloat16 has the range (no overflow) but only 8 significant bits: products "
-    "near 1e5 are rounded to steps of 512, so the pooled features and the logits move away from the FP32 "
-    "reference. Use float32 for this op: `enabled=False` and .float() on the inputs."
-)
-

@@ -13,7 +13,10 @@ mistake is observable on any machine, deterministically:
   with its place relative to the clock reads, and — as on a real GPU — waits for the device and costs time.
 
 Each scenario's true cost of every call is known, so the learner's numbers are compared with the truth and
-the events tell *which* rule was broken.
+the events tell *which* rule was broken. The rules are tables of small named ``Mistake`` rules over a
+``TimingRun``, first match wins: ``RESULT_MISTAKES`` (what came back), ``USAGE_MISTAKES`` (how the tools were
+used, what ran inside the timed regions), then — when the times are not right — ``VALUE_MISTAKES`` (what
+the numbers are instead: milliseconds, a running total, ...).
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import io
 import math
 import numbers
 import statistics
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
 from amp_lessons.checks.harness import call_learner, checker, passed, stop
+from amp_lessons.checks.mistakes import Mistake, first_mistake
 
 LAUNCH_S = 2e-5  # host time to queue one step on the fake device
 SYNC_S = 1e-6  # host time of one sync() call
@@ -139,26 +144,35 @@ def _all_close(got, want, **kw) -> bool:
     return len(got) == len(want) and all(_close(g, w, **kw) for g, w in zip(got, want))
 
 
-def _as_number(value):
-    """``value`` as a float when it is a plain real number (not a bool, not a tensor), else None."""
+def _plain_number(value):
+    """``value`` as a float when it is a plain real number (not a bool, not a tensor), else None.
+
+    A predicate, not ``harness.as_number``: a tensor or a single number is a mistake of its own here, named
+    by its own rule, so the check must not stop (or accept a one-element tensor) while it looks.
+    """
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, torch.Tensor)):
         return float(value)
     return None
 
 
+# What one number stands for, when the learner returned one instead of a list (facts: value, expected times).
+SINGLE_NUMBER_MISTAKES = (
+    Mistake("the total", lambda value, expected: _close(value, sum(expected), rel=0.02),
+            "You returned one number, the TOTAL time of all timed calls. Return a list with one time per "
+            "call (seconds), e.g. `times.append(end - start)` inside the loop."),
+    Mistake("the average", lambda value, expected: _close(value, sum(expected) / len(expected), rel=0.02),
+            "You returned one number, the AVERAGE time per call. Return the list of per-call times instead: "
+            "the median and the spread are computed from it afterwards."),
+    Mistake("the median", lambda value, expected: _close(value, statistics.median(expected), rel=0.02),
+            "You returned one number, the MEDIAN. Return the list of per-call times; the median is taken "
+            "later."),
+    Mistake("a single number", lambda value, expected: True,
+            "You returned a single number; return a list with one time (in seconds) per timed call."),
+)
+
+
 def _describe_single(value: float, expected: list) -> str:
-    total = sum(expected)
-    mean = total / len(expected)
-    median = statistics.median(expected)
-    if _close(value, total, rel=0.02):
-        return ("You returned one number, the TOTAL time of all timed calls. Return a list with one time per call "
-                "(seconds), e.g. `times.append(end - start)` inside the loop.")
-    if _close(value, mean, rel=0.02):
-        return ("You returned one number, the AVERAGE time per call. Return the list of per-call times instead: "
-                "the median and the spread are computed from it afterwards.")
-    if _close(value, median, rel=0.02):
-        return "You returned one number, the MEDIAN. Return the list of per-call times; the median is taken later."
-    return "You returned a single number; return a list with one time (in seconds) per timed call."
+    return first_mistake(SINGLE_NUMBER_MISTAKES, value, expected).text(value, expected)
 
 
 def _timed_windows(events):
@@ -183,114 +197,184 @@ def _run_scenario(time_step, warmup: int, repeats: int, costs: list):
     return device, result
 
 
+@dataclass
+class TimingRun:
+    """One scenario as the rules see it: what time_step returned, the simulated device's record, the truth."""
+
+    device: FakeDevice
+    result: object
+    warmup: int
+    repeats: int
+
+    @property
+    def expected(self) -> list:
+        """What each timed call really took: the device work plus one sync()."""
+        return [self.device.cost(self.warmup + i) + SYNC_S for i in range(self.repeats)]
+
+    @property
+    def where(self) -> str:
+        return f"(warmup={self.warmup}, repeats={self.repeats})"
+
+    @property
+    def kinds(self) -> list:
+        return [e[0] for e in self.device.events]
+
+    @property
+    def listed(self):
+        """The result, a NumPy array read as a list (anything else as it is)."""
+        return self.result.reshape(-1).tolist() if isinstance(self.result, np.ndarray) else self.result
+
+    @property
+    def values(self) -> list:
+        """The returned times as floats (only once the result rules found a list of plain numbers)."""
+        return [_plain_number(v) for v in self.listed]
+
+    def first_non_number(self) -> int:
+        return next(i for i, v in enumerate(self.listed) if _plain_number(v) is None)
+
+    def diagnostics_timed(self) -> list:
+        """Sorted names of the diagnostics in the first timed region that has any ([] when none)."""
+        for window in _timed_windows(self.device.events):
+            names = sorted({e[1] for e in window if e[0] == "diag"})
+            if names:
+                return names
+        return []
+
+
+def _not_a_list_message(run: TimingRun) -> str:
+    return (f"time_step returned {type(run.listed).__name__} ({str(run.listed)[:60]!r}); return a list with "
+            "one time in seconds per timed call. Did you forget `return times`?")
+
+
+def _non_number_message(run: TimingRun) -> str:
+    i = run.first_non_number()
+    return (f"Entry {i} of your list is a {type(run.listed[i]).__name__}; every entry must be a plain number "
+            "of seconds, e.g. `end - start` with both values from clock().")
+
+
+# What came back (checked in this order before anything else).
+RESULT_MISTAKES = (
+    Mistake("one number", lambda run: _plain_number(run.result) is not None,
+            lambda run: _describe_single(_plain_number(run.result), run.expected) + f" {run.where}"),
+    Mistake("a tensor", lambda run: isinstance(run.result, torch.Tensor), lambda run: (
+        "You returned a tensor; return a plain Python list of floats (seconds per call), "
+        f"e.g. `times.append(end - start)` with numbers from clock(). {run.where}")),
+    Mistake("not a list", lambda run: not isinstance(run.listed, (list, tuple)), _not_a_list_message),
+    Mistake("an entry that is not a number", lambda run: any(_plain_number(v) is None for v in run.listed),
+            _non_number_message),
+)
+
+
+# How the learner used the tools, and what happened around each step (a list of numbers came back).
+USAGE_MISTAKES = (
+    Mistake("called torch.cuda.synchronize", lambda run: "cuda-sync" in run.kinds,
+            "You called torch.cuda.synchronize() directly. Use the `sync` argument you were given: it is "
+            "torch.cuda.synchronize on a GPU, a no-op on a CPU, and the checker can watch it."),
+    Mistake("arguments to step_fn", lambda run: run.device.step_args,
+            "You passed arguments to step_fn; call it as `step_fn()` with no arguments."),
+    Mistake("arguments to sync", lambda run: run.device.sync_args,
+            "You passed arguments to sync; call it as `sync()`: it already knows its device "
+            "(the lesson builds it with make_synchronizer(device))."),
+    Mistake("never read the clock", lambda run: "clock" not in run.kinds,
+            "You never called `clock()`: use the clock you were given (time.perf_counter by default) for "
+            "both readings, so the checker's simulated device can judge your timing."),
+    Mistake("NaN or infinity", lambda run: any(not math.isfinite(v) for v in run.values), lambda run: (
+        f"Your list contains NaN or infinity: {run.values}. Each entry is `end - start` for one call.")),
+    Mistake("negative times", lambda run: any(v < 0 for v in run.values),
+            "Your times are negative: you subtracted the wrong way round. A duration is "
+            "`end - start` (the later reading minus the earlier one)."),
+    Mistake("no warm-up", lambda run: run.device.calls == run.repeats and run.warmup > 0, lambda run: (
+        f"No warm-up: step_fn was called only {run.device.calls} times, all of them timed. Call it `warmup` "
+        "times first, untimed, then sync(): the first calls are slow (allocation, autotuning). "
+        f"{run.where}")),
+    Mistake("a wrong number of calls", lambda run: run.device.calls != run.warmup + run.repeats, lambda run: (
+        f"step_fn was called {run.device.calls} times, but warm-up + repeats = {run.warmup} + {run.repeats} "
+        f"= {run.warmup + run.repeats}. Check your loop counts (`range(warmup)`, `range(repeats)`). "
+        f"{run.where}")),
+    Mistake("warm-up calls in the list",
+            lambda run: len(run.values) == run.warmup + run.repeats and run.warmup > 0, lambda run: (
+                f"You returned {len(run.values)} times: the warm-up calls are in your list. Time and return "
+                f"only the {run.repeats} calls after the warm-up. {run.where}")),
+    Mistake("one number in a list", lambda run: len(run.values) != run.repeats and len(run.values) == 1,
+            lambda run: _describe_single(run.values[0], run.expected) + f" {run.where}"),
+    Mistake("a wrong number of times", lambda run: len(run.values) != run.repeats, lambda run: (
+        f"You returned {len(run.values)} times, but repeats={run.repeats}: return one time per timed call. "
+        f"{run.where}")),
+    Mistake("diagnostics in the timed region", lambda run: run.diagnostics_timed(), lambda run: (
+        "You run diagnostics inside the timed region (" + ", ".join(f"`{n}`" for n in run.diagnostics_timed())
+        + " between the clock readings around a step). On a GPU each `.item()`/`isfinite`/print waits for "
+          "the device and adds host work, so you time your checks too. Keep the results and check them after "
+          "timing.")),
+    Mistake("never synced", lambda run: "sync" not in run.kinds, lambda run: (
+        "You never call `sync()`. On a GPU step_fn() returns as soon as the work is queued, so your clock "
+        "measured the launch, not the work: times like "
+        f"{run.values[0]:.6f} s where the step really takes {run.expected[0]:.6f} s. Call sync() after the "
+        "warm-up and after each step, before reading the clock.")),
+)
+
+
+def _running_total(run: TimingRun) -> bool:
+    cumulative = [sum(run.expected[: i + 1]) for i in range(run.repeats)]
+    return run.repeats > 1 and _all_close(run.values, cumulative, rel=0.02)
+
+
+def _same_average(run: TimingRun) -> bool:
+    mean = sum(run.expected) / run.repeats
+    return run.repeats > 1 and all(_close(v, mean, rel=0.02) for v in run.values)
+
+
+def _leftover_warmup(run: TimingRun) -> bool:
+    values, expected = run.values, run.expected
+    return values[0] > 1.5 * expected[0] and _all_close(values[1:], expected[1:], rel=0.02)
+
+
+# The numbers themselves, when every rule above was kept but the times are not what each call took.
+VALUE_MISTAKES = (
+    Mistake("milliseconds", lambda run: _all_close(run.values, [e * 1e3 for e in run.expected]),
+            "Your numbers are milliseconds (1000x too large); return seconds, as clock() gives them."),
+    Mistake("a running total", _running_total,
+            "Your times grow call after call: each is the time since the FIRST call started (a running "
+            "total). Reset the start for every call: `start = clock()` inside the loop."),
+    Mistake("the same average", _same_average,
+            "Every entry is the same average (total / repeats). Time each call on its own so the median and "
+            "the spread mean something."),
+    Mistake("the clock stopped before the device finished",
+            lambda run: all(v < 0.2 * e for v, e in zip(run.values, run.expected)), lambda run: (
+                "Your clock stopped before the device finished: the times are about the launch time "
+                f"({run.values[0]:.6f} s) while the step takes {run.expected[0]:.6f} s. Call sync() after "
+                "step_fn() and BEFORE reading the clock at the end.")),
+    Mistake("leftover warm-up work", _leftover_warmup, lambda run: (
+        "Your first timed call also includes leftover warm-up work still queued on the device "
+        f"({run.values[0]:.4f} s instead of {run.expected[0]:.4f} s). Call sync() after the warm-up, before "
+        "the first clock reading.")),
+    Mistake("times that match nothing known", lambda run: True, lambda run: (
+        "Your times do not match what each call really took on the simulated device: "
+        f"got {[round(v, 6) for v in run.values]}, expected {[round(e, 6) for e in run.expected]} seconds. "
+        "Time each call as: start = clock(); step_fn(); sync(); times.append(clock() - start).")),
+)
+
+
 def _judge(device: FakeDevice, result, warmup: int, repeats: int):
-    """None when right, else the failed message naming the mistake."""
-    expected = [device.cost(warmup + i) + SYNC_S for i in range(repeats)]
-    where = f"(warmup={warmup}, repeats={repeats})"
-    kinds = [e[0] for e in device.events]
-
-    # what came back
-    single = _as_number(result)
-    if single is not None:
-        return _describe_single(single, expected) + f" {where}"
-    if isinstance(result, torch.Tensor):
-        return ("You returned a tensor; return a plain Python list of floats (seconds per call), "
-                f"e.g. `times.append(end - start)` with numbers from clock(). {where}")
-    if isinstance(result, np.ndarray):
-        result = result.reshape(-1).tolist()
-    if not isinstance(result, (list, tuple)):
-        return (f"time_step returned {type(result).__name__} ({str(result)[:60]!r}); return a list with one time "
-                "in seconds per timed call. Did you forget `return times`?")
-    values = []
-    for i, value in enumerate(result):
-        number = _as_number(value)
-        if number is None:
-            return (f"Entry {i} of your list is a {type(value).__name__}; every entry must be a plain number of "
-                    "seconds, e.g. `end - start` with both values from clock().")
-        values.append(number)
-
-    # how the learner used the tools
-    if "cuda-sync" in kinds:
-        return ("You called torch.cuda.synchronize() directly. Use the `sync` argument you were given: it is "
-                "torch.cuda.synchronize on a GPU, a no-op on a CPU, and the checker can watch it.")
-    if device.step_args:
-        return "You passed arguments to step_fn; call it as `step_fn()` with no arguments."
-    if device.sync_args:
-        return ("You passed arguments to sync; call it as `sync()`: it already knows its device "
-                "(the lesson builds it with make_synchronizer(device)).")
-    if "clock" not in kinds:
-        return ("You never called `clock()`: use the clock you were given (time.perf_counter by default) for "
-                "both readings, so the checker's simulated device can judge your timing.")
-    if any(not math.isfinite(v) for v in values):
-        return f"Your list contains NaN or infinity: {values}. Each entry is `end - start` for one call."
-    if any(v < 0 for v in values):
-        return ("Your times are negative: you subtracted the wrong way round. A duration is "
-                "`end - start` (the later reading minus the earlier one).")
-
-    calls = device.calls
-    if calls == repeats and warmup > 0:
-        return (f"No warm-up: step_fn was called only {calls} times, all of them timed. Call it `warmup` times "
-                f"first, untimed, then sync(): the first calls are slow (allocation, autotuning). {where}")
-    if calls != warmup + repeats:
-        return (f"step_fn was called {calls} times, but warm-up + repeats = {warmup} + {repeats} = "
-                f"{warmup + repeats}. Check your loop counts (`range(warmup)`, `range(repeats)`). {where}")
-    if len(values) == warmup + repeats and warmup > 0:
-        return (f"You returned {len(values)} times: the warm-up calls are in your list. Time and return only the "
-                f"{repeats} calls after the warm-up. {where}")
-    if len(values) != repeats:
-        if len(values) == 1:
-            return _describe_single(values[0], expected) + f" {where}"
-        return f"You returned {len(values)} times, but repeats={repeats}: return one time per timed call. {where}"
-
-    # what happened inside the timed regions
-    for window in _timed_windows(device.events):
-        names = sorted({e[1] for e in window if e[0] == "diag"})
-        if names:
-            shown = ", ".join(f"`{n}`" for n in names)
-            return ("You run diagnostics inside the timed region (" + shown + " between the clock readings "
-                    "around a step). On a GPU each `.item()`/`isfinite`/print waits for the device and adds host "
-                    "work, so you time your checks too. Keep the results and check them after timing.")
-    if "sync" not in kinds:
-        return ("You never call `sync()`. On a GPU step_fn() returns as soon as the work is queued, so your clock "
-                "measured the launch, not the work: times like "
-                f"{values[0]:.6f} s where the step really takes {expected[0]:.6f} s. Call sync() after the "
-                "warm-up and after each step, before reading the clock.")
-
-    if _all_close(values, expected):
+    """None when right, else the failed message naming the mistake (the first rule, table by table)."""
+    run = TimingRun(device, result, warmup, repeats)
+    rule = first_mistake(RESULT_MISTAKES + USAGE_MISTAKES, run)
+    if rule is None and _all_close(run.values, run.expected):
         return None
-    if _all_close(values, [e * 1e3 for e in expected]):
-        return "Your numbers are milliseconds (1000x too large); return seconds, as clock() gives them."
-    cumulative = [sum(expected[: i + 1]) for i in range(repeats)]
-    if repeats > 1 and _all_close(values, cumulative, rel=0.02):
-        return ("Your times grow call after call: each is the time since the FIRST call started (a running total). "
-                "Reset the start for every call: `start = clock()` inside the loop.")
-    mean = sum(expected) / repeats
-    if repeats > 1 and all(_close(v, mean, rel=0.02) for v in values):
-        return ("Every entry is the same average (total / repeats). Time each call on its own so the median and "
-                "the spread mean something.")
-    if all(v < 0.2 * e for v, e in zip(values, expected)):
-        return ("Your clock stopped before the device finished: the times are about the launch time "
-                f"({values[0]:.6f} s) while the step takes {expected[0]:.6f} s. Call sync() after step_fn() and "
-                "BEFORE reading the clock at the end.")
-    if values[0] > 1.5 * expected[0] and _all_close(values[1:], expected[1:], rel=0.02):
-        return ("Your first timed call also includes leftover warm-up work still queued on the device "
-                f"({values[0]:.4f} s instead of {expected[0]:.4f} s). Call sync() after the warm-up, before the "
-                "first clock reading.")
-    return ("Your times do not match what each call really took on the simulated device: "
-            f"got {[round(v, 6) for v in values]}, expected {[round(e, 6) for e in expected]} seconds. Time each "
-            "call as: start = clock(); step_fn(); sync(); times.append(clock() - start).")
+    rule = rule or first_mistake(VALUE_MISTAKES, run)
+    return rule.text(run)
 
 
 @checker("07.1 time_step")
 def check_time_step(time_step):
-    """``time_step(step_fn, *, warmup, repeats, sync, clock)`` must return seconds per call, honestly timed."""
+    """``time_step(step_fn, *, warmup, repeats, sync, clock)`` returns seconds per call, honestly timed."""
     for warmup, repeats, costs in SCENARIOS:
         device, result = _run_scenario(time_step, warmup, repeats, costs)
         problem = _judge(device, result, warmup, repeats)
         if problem:
             stop(problem)
     return passed(
-        "Warm-up untimed, sync() before each clock reading that ends a call, one time per call in seconds, and "
-        f"nothing else inside the timed region — right on all {len(SCENARIOS)} simulated-device scenarios."
+        "Warm-up untimed, sync() before each clock reading that ends a call, one time per call in seconds, "
+        f"and nothing else inside the timed region — right on all {len(SCENARIOS)} simulated-device "
+        "scenarios."
     )
 

@@ -5,12 +5,15 @@ import torch
 from notebook_code import exercise, solution
 
 from amp_lessons.autocast_state import autocast_enabled
+from amp_lessons.checks import l05_debugging as l05
 from amp_lessons.checks.harness import NOT_DONE
 from amp_lessons.checks.l05_debugging import (
     _finder_cases,
     check_first_nonfinite_module,
     check_texture_forward,
 )
+from amp_lessons.checks.mistakes import first_mistake
+from amp_lessons.models import TextureNet, texture_batch
 
 LESSON = "05_nan_debugging.ipynb"
 
@@ -317,3 +320,153 @@ def test_checkers_leave_autocast_off():
     check_texture_forward(texture_switches_autocast_off)
     check_first_nonfinite_module(finder_without_autocast)
     assert not autocast_enabled("cpu")
+
+
+# -------------------------------------------------------------------------------- the rule tables, one by one
+
+
+def finder_call(**facts):
+    return l05.FinderCall(**{"label": "a case", "got": "0", "hooks_left": 0, "changed_model": False,
+                             "autocast_on": False, **facts})
+
+
+CALL_RULE_CASES = {
+    "left hooks on the model": finder_call(hooks_left=2),
+    "changed the model": finder_call(changed_model=True),
+    "left autocast on": finder_call(autocast_on=True),
+    "returned a module": finder_call(got=torch.nn.Linear(2, 2)),
+    "returned neither a name nor None": finder_call(got=3),
+}
+
+
+@pytest.mark.parametrize("name", CALL_RULE_CASES)
+def test_each_call_rule_recognises_its_case(name):
+    call = CALL_RULE_CASES[name]
+    rule = first_mistake(l05.CALL_MISTAKES, call)
+    assert rule is not None and rule.name == name and rule.text(call)
+    assert first_mistake(l05.CALL_MISTAKES, finder_call()) is None
+    assert first_mistake(l05.CALL_MISTAKES, finder_call(got=None)) is None
+    assert set(CALL_RULE_CASES) == {rule.name for rule in l05.CALL_MISTAKES}
+
+
+def wrong_answers(finder):
+    """The cases ``finder`` gets wrong, as the checker collects them (without the per-call rules)."""
+    wrong = []
+    for label, model, inputs, expected in _finder_cases():
+        got = finder(model, inputs.clone(), l05.DTYPE)
+        if got != expected:
+            wrong.append(l05.WrongAnswer(label, got, expected, model, inputs))
+    return wrong
+
+
+def finder_named_the_model_on_one_case(model, inputs, dtype):
+    right = _first_bad(_hooked_run(model, inputs, dtype))
+    return {"2": "", "block.fc2": "block"}.get(right, right)
+
+
+FINDER_RULE_CASES = {
+    "returned the model itself": finder_definition_order_with_root,
+    "ran without autocast": finder_without_autocast,
+    "kept the last": finder_last_leaf,
+    "NaN only": finder_nan_only,
+    "inf only": finder_inf_only,
+    "top-level children only": finder_top_level,
+    "definition order": finder_definition_order,
+    "a name where everything is finite": finder_empty_string_when_finite,
+    "returned the model itself once": finder_named_the_model_on_one_case,
+    "another module": lambda model, inputs, dtype: "no such module",
+}
+
+
+@pytest.mark.parametrize("name", FINDER_RULE_CASES)
+def test_each_finder_rule_recognises_its_case(name):
+    wrong = wrong_answers(FINDER_RULE_CASES[name])
+    rule = first_mistake(l05.FINDER_MISTAKES, wrong)
+    assert rule is not None and rule.name == name
+    assert rule.text(wrong) and isinstance(rule.details(wrong), list)
+    assert wrong_answers(solution(LESSON, "first_nonfinite_module")) == []
+    assert set(FINDER_RULE_CASES) == {rule.name for rule in l05.FINDER_MISTAKES}
+
+
+def texture_right(model, x):
+    return solution(LESSON, "texture_forward")(model, x)
+
+
+def texture_gram_by_broadcasting(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = (h.float().unsqueeze(3) * h.float().unsqueeze(2)).sum(1)
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_bfloat16_under_autocast(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16, enabled=autocast_enabled("cpu")):
+        gram = h.transpose(1, 2) @ h
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_bfloat16_cast_back(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+        gram = h.transpose(1, 2) @ h
+    return model.head((gram.to(h.dtype) / h.shape[1]).flatten(1))
+
+
+def texture_junk_under_autocast(model, x):
+    return None if autocast_enabled("cpu") else texture_right(model, x)
+
+
+def texture_shifted_under_autocast(model, x):
+    return texture_right(model, x) + (1.0 if autocast_enabled("cpu") else 0.0)
+
+
+def texture_run(texture_forward, *, autocast):
+    model, x = TextureNet(seed=0), texture_batch(n=8, seed=0)[0]
+    with torch.no_grad():
+        reference = model(x)
+    return l05._observe(texture_forward, model, x, reference, autocast=autocast)
+
+
+PLAIN_RULE_CASES = {
+    "not a tensor": lambda model, x: None,
+    "not the logits' shape": texture_returns_gram,
+    "Gram product in bfloat16": texture_bfloat16_cast_back,
+    "hid the overflow": texture_clamp,
+    "changed the math": texture_forgot_division,
+}
+
+
+@pytest.mark.parametrize("name", PLAIN_RULE_CASES)
+def test_each_plain_texture_rule_recognises_its_case(name):
+    run = texture_run(PLAIN_RULE_CASES[name], autocast=False)
+    rule = first_mistake(l05.PLAIN_MISTAKES, run)
+    assert rule is not None and rule.name == name and rule.text(run)
+    assert first_mistake(l05.PLAIN_MISTAKES, texture_run(texture_right, autocast=False)) is None
+    assert set(PLAIN_RULE_CASES) == {rule.name for rule in l05.PLAIN_MISTAKES}
+
+
+AUTOCAST_RULE_CASES = {
+    "not the logits": texture_junk_under_autocast,
+    "everything in float32": texture_everything_fp32,
+    "no Gram product": texture_gram_by_broadcasting,
+    "Gram product in bfloat16": texture_bfloat16_under_autocast,
+    "inputs left in float16": texture_forgot_cast,
+    "the wrong op in float32": texture_wrong_op,
+    "cast after the product": texture_cast_after,
+    "nothing fixed": texture_unfixed,
+    "hid the overflow": texture_nan_to_num,
+    "rescaled instead": texture_prescaled,
+    "float32 block too wide": texture_too_wide,
+    "logits off the reference": texture_shifted_under_autocast,
+}
+
+
+@pytest.mark.parametrize("name", AUTOCAST_RULE_CASES)
+def test_each_autocast_texture_rule_recognises_its_case(name):
+    assert first_mistake(l05.PLAIN_MISTAKES, texture_run(AUTOCAST_RULE_CASES[name], autocast=False)) is None
+    run = texture_run(AUTOCAST_RULE_CASES[name], autocast=True)
+    rule = first_mistake(l05.AUTOCAST_MISTAKES, run)
+    assert rule is not None and rule.name == name and rule.text(run)
+    assert first_mistake(l05.AUTOCAST_MISTAKES, texture_run(texture_right, autocast=True)) is None
+    assert set(AUTOCAST_RULE_CASES) == {rule.name for rule in l05.AUTOCAST_MISTAKES}

@@ -7,7 +7,9 @@ import torch
 from notebook_code import exercise, solution
 
 from amp_lessons.checks import check_time_step
+from amp_lessons.checks import l07_benchmark as l07
 from amp_lessons.checks.l07_benchmark import SCENARIOS, FakeDevice
+from amp_lessons.checks.mistakes import first_mistake
 
 LESSON = "07_measuring_gains.ipynb"
 
@@ -301,3 +303,85 @@ def test_scenarios_have_slow_first_calls():
     for warmup, _repeats, costs in SCENARIOS:
         if warmup:
             assert costs[0] > 2 * costs[warmup]
+
+
+# ------------------------------------------------------------------------------- the rule tables, one by one
+
+
+def step_with_argument(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(lambda: step_fn(0), warmup=warmup, repeats=repeats, sync=sync, clock=clock)
+
+
+def drops_last_time(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)[:-1]
+
+
+def doubled(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return [2 * t for t in _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
+
+
+def timing_run(time_step):
+    warmup, repeats, costs = SCENARIOS[0]
+    device, result = l07._run_scenario(time_step, warmup, repeats, costs)
+    return l07.TimingRun(device, result, warmup, repeats)
+
+
+RESULT_AND_USAGE_RULE_CASES = {
+    "one number": total_number,
+    "a tensor": returns_tensor,
+    "not a list": forgets_return,
+    "an entry that is not a number": _strings,
+    "called torch.cuda.synchronize": uses_cuda_synchronize,
+    "arguments to step_fn": step_with_argument,
+    "arguments to sync": passes_device_to_sync,
+    "never read the clock": ignores_clock,
+    "NaN or infinity": _nan,
+    "negative times": reversed_subtraction,
+    "no warm-up": no_warmup,
+    "a wrong number of calls": one_repeat_short,
+    "warm-up calls in the list": warmup_in_result,
+    "one number in a list": total_in_a_list,
+    "a wrong number of times": drops_last_time,
+    "diagnostics in the timed region": item_inside,
+    "never synced": no_sync,
+}
+
+
+@pytest.mark.parametrize("name", RESULT_AND_USAGE_RULE_CASES)
+def test_each_result_and_usage_rule_recognises_its_case(name):
+    run = timing_run(RESULT_AND_USAGE_RULE_CASES[name])
+    rule = first_mistake(l07.RESULT_MISTAKES + l07.USAGE_MISTAKES, run)
+    assert rule is not None and rule.name == name and rule.text(run)
+    right = timing_run(solution(LESSON, "time_step"))
+    assert first_mistake(l07.RESULT_MISTAKES + l07.USAGE_MISTAKES, right) is None
+    assert l07._all_close(right.values, right.expected)
+    names = {rule.name for rule in l07.RESULT_MISTAKES + l07.USAGE_MISTAKES}
+    assert set(RESULT_AND_USAGE_RULE_CASES) == names
+
+
+VALUE_RULE_CASES = {
+    "milliseconds": milliseconds,
+    "a running total": running_total,
+    "the same average": same_average,
+    "the clock stopped before the device finished": sync_only_before_start,
+    "leftover warm-up work": no_sync_after_warmup,
+    "times that match nothing known": doubled,
+}
+
+
+@pytest.mark.parametrize("name", VALUE_RULE_CASES)
+def test_each_value_rule_recognises_its_case(name):
+    run = timing_run(VALUE_RULE_CASES[name])
+    assert first_mistake(l07.RESULT_MISTAKES + l07.USAGE_MISTAKES, run) is None
+    assert not l07._all_close(run.values, run.expected)
+    rule = first_mistake(l07.VALUE_MISTAKES, run)
+    assert rule is not None and rule.name == name and rule.text(run)
+    assert set(VALUE_RULE_CASES) == {rule.name for rule in l07.VALUE_MISTAKES}
+
+
+@pytest.mark.parametrize("value, name", [(9.0, "the total"), (3.0, "the average"), (2.0, "the median"),
+                                         (5.0, "a single number")])
+def test_each_single_number_rule_recognises_its_case(value, name):
+    expected = [1.0, 2.0, 6.0]  # total 9, mean 3, median 2
+    rule = first_mistake(l07.SINGLE_NUMBER_MISTAKES, value, expected)
+    assert rule.name == name and rule.text(value, expected)
