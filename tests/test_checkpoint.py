@@ -1,16 +1,16 @@
-"""Lesson 06: amp_lessons.checkpoint (save, resume, validate, roll back) and the two exercise checkers."""
+"""Lesson 06's helpers: amp_lessons.checkpoint (save, read, config, RNG, failure injection),
+amp_lessons.resume (validated load, bitwise report) and amp_lessons.rollback (watchdog, incidents).
+The checkers are tested in tests/checks/test_l06_checkpoint.py."""
 
 import os
 import random
-import shutil
 
 import numpy as np
 import pytest
 import torch
-from notebook_code import exercise, solution
 
 from amp_lessons import checkpoint as ck
-from amp_lessons.checks import check_resume, check_save_checkpoint
+from amp_lessons import resume, rollback
 from amp_lessons.models import SensorClassifier, sensor_readings
 from amp_lessons.training import train_step
 
@@ -30,15 +30,15 @@ def fresh(seed=0, hidden=64, optimizer="adamw"):
 
 
 def run(model, optimizer, scaler, steps):
-    """Steps that draw from torch (shuffling, dropout), Python and NumPy RNGs; returns losses and skipped flags."""
+    """Steps drawing from torch (shuffling, dropout), Python and NumPy RNGs; returns losses, skipped flags."""
     x, y = DATA
     losses, skipped = [], []
     for _ in range(steps):
         index = torch.randperm(len(x))[:32]
         jitter = float(np.random.uniform(0.99, 1.01)) * random.uniform(0.99, 1.01)
         before = scaler.get_scale()
-        losses.append(train_step(model, optimizer, scaler, torch.nn.functional.cross_entropy, x[index] * jitter,
-                                 y[index], dtype=torch.float16, max_norm=1.0))
+        losses.append(train_step(model, optimizer, scaler, torch.nn.functional.cross_entropy,
+                                 x[index] * jitter, y[index], dtype=torch.float16, max_norm=1.0))
         skipped.append(scaler.get_scale() < before)
     return losses, skipped
 
@@ -64,7 +64,7 @@ def test_resume_is_bitwise_identical(trained):
     torch.manual_seed(77)
     random.seed(77)
     np.random.seed(77)
-    resumed = ck.load_checkpoint(path, model2, opt2, scaler2, config=CONFIG)
+    resumed = resume.load_checkpoint(path, model2, opt2, scaler2, config=CONFIG)
     assert resumed.is_continuation and resumed.step == 8
     step, config = resumed
     assert step == 8 and config == ck.normalize_config(CONFIG)
@@ -88,7 +88,8 @@ def test_leaving_out_the_scaler_state_costs_skipped_steps(trained):
     assert scaler.get_scale() < 65536.0  # the scale settled below its initial value
     _, reference_skips = run(model, opt, scaler, 5)
     model2, opt2, scaler2 = fresh(seed=5)
-    resumed = ck.load_checkpoint(path, model2, opt2, scaler2, config=CONFIG, parts=("model", "optimizer", "rng"))
+    resumed = resume.load_checkpoint(path, model2, opt2, scaler2, config=CONFIG,
+                                     parts=("model", "optimizer", "rng"))
     assert not resumed.is_continuation and "NOT restored" in str(resumed)
     assert scaler2.get_scale() == 65536.0
     _, skips = run(model2, opt2, scaler2, 5)
@@ -101,6 +102,32 @@ def test_rng_round_trip():
     ck.restore_rng(state)
     b = (random.random(), float(np.random.rand()), torch.rand(3))
     assert a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
+
+
+def test_preserved_rng_puts_every_stream_back():
+    torch.manual_seed(3)
+    random.seed(3)
+    np.random.seed(3)
+    expected = (random.random(), float(np.random.rand()), torch.rand(2))
+    torch.manual_seed(3)
+    random.seed(3)
+    np.random.seed(3)
+    with ck.preserved_rng():
+        random.random(), np.random.rand(4), torch.rand(5)
+    got = (random.random(), float(np.random.rand()), torch.rand(2))
+    assert got[:2] == expected[:2] and torch.equal(got[2], expected[2])
+
+
+def test_recorded_file_calls_see_how_a_save_reaches_its_file(tmp_path):
+    real = (torch.save, torch.load, os.replace, os.rename)
+    path = tmp_path / "run.ckpt"
+    with ck.recorded_file_calls() as calls:
+        ck.atomic_torch_save({"x": torch.ones(1)}, path)
+        torch.load(path, weights_only=True)
+    assert (torch.save, torch.load, os.replace, os.rename) == real
+    source, destination = calls.moves[-1]
+    assert destination == str(path) and os.path.dirname(source) == str(tmp_path)
+    assert str(path) not in calls.saves and calls.loads == [{"weights_only": True}]
 
 
 def test_interrupted_save_keeps_the_previous_checkpoint(trained):
@@ -139,7 +166,7 @@ def test_a_naive_save_is_destroyed_by_the_same_failure(tmp_path, trained):
         ck.read_checkpoint(path)
 
 
-# ------------------------------------------------------------------------------------ failed loads touch nothing
+# ------------------------------------------------------------------------------- failed loads touch nothing
 
 
 def _damage(path, tmp_path, how):
@@ -159,7 +186,8 @@ def _damage(path, tmp_path, how):
 
 
 @pytest.mark.parametrize("how, words", [
-    ("truncated", "truncated"), ("flipped", "corrupt"), ("empty", "empty"), ("garbage", "not a torch.save file"),
+    ("truncated", "truncated"), ("flipped", "corrupt"), ("empty", "empty"),
+    ("garbage", "not a torch.save file"),
 ])
 def test_damaged_files_give_named_errors_and_change_nothing(trained, tmp_path, how, words):
     path = trained[0]
@@ -167,7 +195,7 @@ def test_damaged_files_give_named_errors_and_change_nothing(trained, tmp_path, h
     run(model, opt, scaler, 2)
     fingerprint, rng = ck.state_fingerprint(model, opt, scaler), torch.get_rng_state()
     with pytest.raises(ck.CheckpointError, match=words):
-        ck.load_checkpoint(_damage(path, tmp_path, how), model, opt, scaler, config=CONFIG)
+        resume.load_checkpoint(_damage(path, tmp_path, how), model, opt, scaler, config=CONFIG)
     assert ck.state_fingerprint(model, opt, scaler) == fingerprint
     assert torch.equal(torch.get_rng_state(), rng)
 
@@ -175,13 +203,13 @@ def test_damaged_files_give_named_errors_and_change_nothing(trained, tmp_path, h
 def test_missing_foreign_and_unsafe_files(tmp_path):
     model, opt, scaler = fresh()
     with pytest.raises(ck.CheckpointError, match="does not exist"):
-        ck.load_checkpoint(tmp_path / "nope.pt", model, opt, scaler)
+        resume.load_checkpoint(tmp_path / "nope.pt", model, opt, scaler)
     torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")
     with pytest.raises(ck.CheckpointError, match="not a file written by amp_lessons"):
-        ck.load_checkpoint(tmp_path / "foreign.pt", model, opt, scaler)
+        resume.load_checkpoint(tmp_path / "foreign.pt", model, opt, scaler)
     torch.save(model, tmp_path / "pickled_model.pt")
     with pytest.raises(ck.CheckpointError, match="not plain data"):
-        ck.load_checkpoint(tmp_path / "pickled_model.pt", model, opt, scaler)
+        resume.load_checkpoint(tmp_path / "pickled_model.pt", model, opt, scaler)
 
 
 def test_mismatched_model_optimizer_and_scaler(trained):
@@ -189,18 +217,18 @@ def test_mismatched_model_optimizer_and_scaler(trained):
     small, small_opt, small_scaler = fresh(hidden=32)
     before = ck.state_fingerprint(small, small_opt, small_scaler)
     with pytest.raises(ck.CheckpointError, match=r"body.0.weight has shape 64x16 in the checkpoint, 32x16"):
-        ck.load_checkpoint(path, small, small_opt, small_scaler)
+        resume.load_checkpoint(path, small, small_opt, small_scaler)
     assert ck.state_fingerprint(small, small_opt, small_scaler) == before
     model, sgd, scaler = fresh(optimizer="sgd")
     before = ck.state_fingerprint(model, sgd, scaler)
     with pytest.raises(ck.CheckpointError, match="different optimizer"):
-        ck.load_checkpoint(path, model, sgd, scaler)
+        resume.load_checkpoint(path, model, sgd, scaler)
     assert ck.state_fingerprint(model, sgd, scaler) == before
     model, opt, _ = fresh()
     with pytest.raises(ck.CheckpointError, match="disabled GradScaler"):
         bf16_path = ck.save_checkpoint(os.path.join(os.path.dirname(path), "bf16.pt"), model, opt,
                                        torch.amp.GradScaler("cpu", enabled=False), 0, {"dtype": "bfloat16"})
-        ck.load_checkpoint(bf16_path, model, opt, torch.amp.GradScaler("cpu"))
+        resume.load_checkpoint(bf16_path, model, opt, torch.amp.GradScaler("cpu"))
 
 
 def test_nonfinite_weights_are_not_a_good_checkpoint(tmp_path):
@@ -210,7 +238,7 @@ def test_nonfinite_weights_are_not_a_good_checkpoint(tmp_path):
     path = ck.save_checkpoint(tmp_path / "bad.pt", model, opt, scaler, 1, CONFIG)
     model2, opt2, scaler2 = fresh(seed=1)
     with pytest.raises(ck.CheckpointError, match="head.weight contains NaN"):
-        ck.load_checkpoint(path, model2, opt2, scaler2)
+        resume.load_checkpoint(path, model2, opt2, scaler2)
 
 
 def test_failure_while_applying_restores_everything(trained, monkeypatch):
@@ -228,7 +256,7 @@ def test_failure_while_applying_restores_everything(trained, monkeypatch):
 
     monkeypatch.setattr(scaler, "load_state_dict", fails_once)
     with pytest.raises(ck.CheckpointError, match="previous state was put back"):
-        ck.load_checkpoint(path, model, opt, scaler)
+        resume.load_checkpoint(path, model, opt, scaler)
     monkeypatch.undo()
     assert ck.state_fingerprint(model, opt, scaler) == before
 
@@ -239,12 +267,12 @@ def test_a_precision_policy_change_is_refused_then_reported(trained):
     before = ck.state_fingerprint(model, opt, scaler)
     other = {**CONFIG, "dtype": torch.bfloat16, "fp32_regions": []}
     with pytest.raises(ck.CheckpointError, match=r"dtype: float16 -> bfloat16"):
-        ck.load_checkpoint(path, model, opt, scaler, config=other)
+        resume.load_checkpoint(path, model, opt, scaler, config=other)
     assert ck.state_fingerprint(model, opt, scaler) == before
-    resumed = ck.load_checkpoint(path, model, opt, scaler, config=other, allow_policy_change=True)
+    resumed = resume.load_checkpoint(path, model, opt, scaler, config=other, allow_policy_change=True)
     assert not resumed.is_continuation
     assert "CHANGE, not a continuation" in str(resumed) and "fp32_regions: ['head'] -> []" in str(resumed)
-    assert "does not claim" in str(ck.load_checkpoint(path, model, opt, scaler))
+    assert "does not claim" in str(resume.load_checkpoint(path, model, opt, scaler))
 
 
 def test_bad_arguments_are_named(tmp_path):
@@ -260,7 +288,7 @@ def test_bad_arguments_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         ck.save_checkpoint(tmp_path / "no" / "x.pt", model, opt, scaler, 0, CONFIG)
     with pytest.raises(ValueError, match="parts"):
-        ck.load_checkpoint(tmp_path / "x.pt", model, opt, scaler, parts=("weights",))
+        resume.load_checkpoint(tmp_path / "x.pt", model, opt, scaler, parts=("weights",))
     with pytest.raises(ValueError, match="fp32_regions"):
         SensorClassifier(fp32_regions=("tail",))
 
@@ -274,14 +302,16 @@ def test_describe_checkpoint(trained):
 def test_bitwise_report(trained):
     path, model, opt, scaler = trained
     model2, opt2, scaler2 = fresh(seed=5)
-    ck.load_checkpoint(path, model2, opt2, scaler2)
-    report = ck.bitwise_report((model, opt, scaler), (model2, opt2, scaler2), [torch.tensor(1.0)], [torch.tensor(1.0)])
+    resume.load_checkpoint(path, model2, opt2, scaler2)
+    report = resume.bitwise_report((model, opt, scaler), (model2, opt2, scaler2), [torch.tensor(1.0)],
+                                   [torch.tensor(1.0)])
     assert report["torch.equal"].all() and (report["max |difference|"] == 0).all()
-    assert {"model: head.weight", "optimizer: exp_avg", "GradScaler state", "losses (1 steps)"} <= set(report["compared"])
+    compared = set(report["compared"])
+    assert {"model: head.weight", "optimizer: exp_avg", "GradScaler state", "losses (1 steps)"} <= compared
     with torch.no_grad():
         model2.head.weight[0, 0] += 1e-3
-    report = ck.bitwise_report((model, opt, scaler), (model2, opt2, torch.amp.GradScaler("cpu")), {0: torch.tensor(1.0)},
-                               {0: torch.tensor(2.0)})
+    report = resume.bitwise_report((model, opt, scaler), (model2, opt2, torch.amp.GradScaler("cpu")),
+                                   {0: torch.tensor(1.0)}, {0: torch.tensor(2.0)})
     failing = set(report.loc[~report["torch.equal"], "compared"])
     assert failing == {"model: head.weight", "GradScaler state", "losses (1 steps)"}
 
@@ -300,306 +330,36 @@ def test_fp32_region_really_runs_in_fp32():
 def test_watchdog_triggers():
     from amp_lessons.validation import Criteria
 
-    dog = ck.Watchdog(criteria=Criteria(atol=0.1, rtol=0.1, min_quality=0.8), max_skipped_in_a_row=3)
+    dog = rollback.Watchdog(criteria=Criteria(atol=0.1, rtol=0.1, min_quality=0.8), max_skipped_in_a_row=3)
     assert dog.after_step(1, torch.tensor(0.5), scale_before=8.0, scale_after=8.0) is None
     trigger = dog.after_step(2, torch.tensor(float("nan")))
-    assert trigger.reason == ck.NONFINITE and "NaN" in trigger.detail
-    assert dog.after_step(3, torch.tensor(1.0), outputs=torch.tensor([1.0, float("inf")])).reason == ck.NONFINITE
-    assert [dog.after_step(s, torch.tensor(1.0), scale_before=8.0 / 2**s, scale_after=4.0 / 2**s) for s in range(2)] == [None, None]
+    assert trigger.reason == rollback.NONFINITE and "NaN" in trigger.detail
+    inf_outputs = torch.tensor([1.0, float("inf")])
+    assert dog.after_step(3, torch.tensor(1.0), outputs=inf_outputs).reason == rollback.NONFINITE
+    halved = [dog.after_step(s, torch.tensor(1.0), scale_before=8.0 / 2**s, scale_after=4.0 / 2**s)
+              for s in range(2)]
+    assert halved == [None, None]
     trigger = dog.after_step(2, torch.tensor(1.0), scale_before=2.0, scale_after=1.0)
-    assert trigger.reason == ck.NO_UPDATES and "3 steps in a row" in trigger.detail
+    assert trigger.reason == rollback.NO_UPDATES and "3 steps in a row" in trigger.detail
     dog.reset()
     assert dog.after_step(3, torch.tensor(1.0), scale_before=2.0, scale_after=1.0) is None
     assert dog.after_evaluation(10, 0.9) is None
-    assert dog.after_evaluation(10, 0.5).reason == ck.LOW_QUALITY
-    assert ck.Watchdog(min_quality=0.7).after_evaluation(1, float("nan")).reason == ck.LOW_QUALITY
+    assert dog.after_evaluation(10, 0.5).reason == rollback.LOW_QUALITY
+    assert rollback.Watchdog(min_quality=0.7).after_evaluation(1, float("nan")).reason == rollback.LOW_QUALITY
     with pytest.raises(ValueError):
-        ck.Watchdog(min_quality=2)
+        rollback.Watchdog(min_quality=2)
 
 
 def test_incident_round_trip(tmp_path):
-    trigger = ck.Trigger(125, ck.NONFINITE, "loss is NaN")
+    trigger = rollback.Trigger(125, rollback.NONFINITE, "loss is NaN")
     inputs = torch.ones(4, 3)
     inputs[1, 2] = float("nan")
-    path = ck.save_incident(tmp_path, trigger, inputs, torch.arange(4), config=CONFIG, extra={"scale": 1024.0})
+    path = rollback.save_incident(tmp_path, trigger, inputs, torch.arange(4), config=CONFIG,
+                                  extra={"scale": 1024.0})
     assert os.path.basename(path) == "incident_step000125_non-finite.pt"
-    incident = ck.load_incident(path)
-    assert incident["step"] == 125 and incident["reason"] == ck.NONFINITE and incident["extra"]["scale"] == 1024.0
+    incident = rollback.load_incident(path)
+    assert incident["step"] == 125 and incident["reason"] == rollback.NONFINITE
+    assert incident["extra"]["scale"] == 1024.0
     assert torch.equal(torch.isnan(incident["inputs"]), torch.isnan(inputs))
     with pytest.raises(ck.CheckpointError, match="not a file written"):
-        ck.load_incident(ck.save_checkpoint(tmp_path / "c.pt", *fresh(), 0, CONFIG))
-
-
-# ------------------------------------------------------------------------------------------ the checkers
-
-
-def sol(name):
-    return solution(LESSON, name)
-
-
-def test_solution_passes():
-    assert check_save_checkpoint(sol("save_checkpoint")).passed
-    result = check_resume(sol("save_checkpoint"), sol("load_checkpoint"))
-    assert result.passed, result.message
-
-
-def test_untouched_exercise_is_not_done():
-    save, load = exercise(LESSON, "save_checkpoint"), exercise(LESSON, "load_checkpoint")
-    assert check_save_checkpoint(save).status == "not done"
-    assert check_resume(save, load).status == "not done"
-    assert check_resume(sol("save_checkpoint"), load).status == "not done"
-
-
-def test_checks_leave_the_learner_rng_and_cwd_alone():
-    cwd = os.getcwd()
-    torch.manual_seed(5)
-    expected = torch.rand(3)
-    torch.manual_seed(5)
-    check_resume(sol("save_checkpoint"), sol("load_checkpoint"))
-    check_save_checkpoint(sol("save_checkpoint"))
-    assert torch.equal(torch.rand(3), expected) and os.getcwd() == cwd
-
-
-# Wrong answers for 06.1 ----------------------------------------------------------------------------------
-
-
-def _payload(model, optimizer, scaler, step, config, numpy_raw=False):
-    version, internal, gauss = random.getstate()
-    numpy_state = np.random.get_state()
-    return {
-        "step": step, "config": dict(config), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict(),
-        "rng": {"python": [version, list(internal), gauss],
-                "numpy": list(numpy_state) if numpy_raw else [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-    }
-
-
-def save_direct(path, model, optimizer, scaler, step, config):
-    torch.save(_payload(model, optimizer, scaler, step, config), path)
-
-
-def save_temp_elsewhere(path, model, optimizer, scaler, step, config):
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=os.path.join(os.path.dirname(os.path.dirname(path))))
-    os.close(fd)
-    torch.save(_payload(model, optimizer, scaler, step, config), tmp)
-    os.replace(tmp, path)
-
-
-def save_by_copy(path, model, optimizer, scaler, step, config):
-    tmp = str(path) + ".partial"
-    torch.save(_payload(model, optimizer, scaler, step, config), tmp)
-    shutil.copyfile(tmp, path)
-    os.remove(tmp)
-
-
-def save_no_cleanup(path, model, optimizer, scaler, step, config):
-    tmp = str(path) + ".partial"
-    torch.save(_payload(model, optimizer, scaler, step, config), tmp)
-    os.replace(tmp, path)
-
-
-def save_fixed_tmp_name(path, model, optimizer, scaler, step, config):
-    tmp = os.path.join(os.path.dirname(path), "tmp.pt")
-    try:
-        torch.save(_payload(model, optimizer, scaler, step, config), tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def save_and_delete_old(path, model, optimizer, scaler, step, config):
-    folder = os.path.dirname(path)
-    for name in os.listdir(folder):
-        if name.endswith(".pt"):
-            os.remove(os.path.join(folder, name))
-    save_no_cleanup(path, model, optimizer, scaler, step, config)
-
-
-def save_swallowing_errors(path, model, optimizer, scaler, step, config):
-    tmp = str(path) + ".partial"
-    try:
-        torch.save(_payload(model, optimizer, scaler, step, config), tmp)
-        os.replace(tmp, path)
-    except OSError:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _atomic(payload, path):
-    tmp = str(path) + ".partial"
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def save_numpy_raw(path, model, optimizer, scaler, step, config):
-    _atomic(_payload(model, optimizer, scaler, step, config, numpy_raw=True), path)
-
-
-def save_whole_objects(path, model, optimizer, scaler, step, config):
-    _atomic({"model": model, "optimizer": optimizer, "step": step}, path)
-
-
-def save_into_cwd(path, model, optimizer, scaler, step, config):
-    _atomic(_payload(model, optimizer, scaler, step, config), "checkpoint.pt")
-
-
-@pytest.mark.parametrize("wrong, words", [
-    (save_direct, "torch.save wrote straight into `path`"),
-    (save_temp_elsewhere, "not next to the checkpoint"),
-    (save_by_copy, "did not arrive at `path` through os.replace"),
-    (save_fixed_tmp_name, "removed ['tmp.pt']"),
-    (save_and_delete_old, "removed ['older_run.pt', 'tmp.pt']"),
-    (save_swallowing_errors, "hid a failed write"),
-    (save_numpy_raw, "NumPy's RNG state"),
-    (save_whole_objects, "not whole objects"),
-    (save_into_cwd, "current working directory"),
-])
-def test_save_check_names_each_mistake(wrong, words):
-    result = check_save_checkpoint(wrong)
-    assert not result.passed and result.status == "failed", result.message
-    assert words in result.message, result.message
-
-
-def test_save_check_names_leftover_temp_file_after_failure():
-    result = check_save_checkpoint(save_no_cleanup)
-    assert "left ['run.ckpt.partial'] behind" in result.message and "except" in result.message
-
-
-# Wrong answers for 06.2 ----------------------------------------------------------------------------------
-
-
-def make_load(*, model=True, optimizer=True, scaler=True, rng=("python", "numpy", "torch", "cuda"), step=None,
-              config=True, weights_only=True, pair=True, eval_mode=False):
-    def load_checkpoint(path, model_, optimizer_, scaler_):
-        kwargs = {} if weights_only is None else {"weights_only": weights_only}
-        payload = torch.load(path, map_location="cpu", **kwargs)
-        if model:
-            model_.load_state_dict(payload["model"])
-        if optimizer:
-            optimizer_.load_state_dict(payload["optimizer"])
-        if scaler == "scale only":
-            scaler_.load_state_dict({**scaler_.state_dict(), "scale": payload["scaler"]["scale"]})
-        elif scaler:
-            scaler_.load_state_dict(payload["scaler"])
-        if "python" in rng:
-            version, internal, gauss = payload["rng"]["python"]
-            random.setstate((version, tuple(internal), gauss))
-        if "numpy" in rng:
-            kind, keys, *rest = payload["rng"]["numpy"]
-            np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
-        if "torch" in rng:
-            torch.set_rng_state(payload["rng"]["torch"])
-        if "cuda" in rng and payload["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
-        if eval_mode:
-            model_.eval()
-        if not pair:
-            return payload["step"]
-        return (payload["step"] if step is None else step), (payload["config"] if config else {})
-
-    return load_checkpoint
-
-
-def make_save(*, skip=()):
-    def save_checkpoint(path, model, optimizer, scaler, step, config):
-        payload = _payload(model, optimizer, scaler, step, config)
-        for key in skip:
-            payload.pop(key)
-        _atomic(payload, path)
-
-    return save_checkpoint
-
-
-@pytest.mark.parametrize("save, load, words", [
-    (make_save(skip=("scaler",)), make_load(scaler=False), "GradScaler state not saved"),
-    (make_save(), make_load(scaler=False), "GradScaler state saved but not restored"),
-    (make_save(), make_load(scaler="scale only"), "Only part of the GradScaler state came back"),
-    (make_save(skip=("optimizer",)), make_load(optimizer=False), "Optimizer state not saved"),
-    (make_save(), make_load(optimizer=False), "Optimizer state not restored"),
-    (make_save(), make_load(rng=()), "RNG not restored"),
-    (make_save(), make_load(rng=("torch",)), "Python's `random`"),
-    (make_save(), make_load(rng=("python", "numpy")), "torch's CPU generator"),
-    (make_save(), make_load(step=0), "Step counter lost"),
-    (make_save(), make_load(config=False), "The config came back as {}"),
-    (make_save(), make_load(pair=False), "must return the pair (step, config)"),
-    (make_save(), make_load(model=False), "weights were not restored"),
-    (make_save(), make_load(weights_only=False), "weights_only=False"),
-    (make_save(), make_load(weights_only=None), "pass weights_only=True explicitly"),
-    (make_save(), make_load(eval_mode=True), "diverges from the uninterrupted one"),
-])
-def test_resume_check_names_each_mistake(save, load, words):
-    result = check_resume(save, load)
-    assert not result.passed and result.status == "failed", result.message
-    assert words in result.message, result.message
-
-
-def test_resume_check_names_rng_not_saved():
-    def save(path, model, optimizer, scaler, step, config):
-        payload = _payload(model, optimizer, scaler, step, config)
-        payload.pop("rng")
-        _atomic(payload, path)
-
-    def load(path, model, optimizer, scaler):
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(payload["model"])
-        optimizer.load_state_dict(payload["optimizer"])
-        scaler.load_state_dict(payload["scaler"])
-        return payload["step"], payload["config"]
-
-    result = check_resume(save, load)
-    assert "RNG not restored" in result.message and "NumPy" in result.message
-
-
-# Junk ----------------------------------------------------------------------------------------------------
-
-
-def raises(*args):
-    raise ValueError("boom")
-
-
-def writes_junk(path, model, optimizer, scaler, step, config):
-    with open(path, "w") as handle:
-        handle.write("not a checkpoint")
-
-
-def deletes_folder(path, model, optimizer, scaler, step, config):
-    shutil.rmtree(os.path.dirname(path))
-
-
-def returns_nan(*args):
-    return float("nan"), float("nan")
-
-
-@pytest.mark.parametrize("junk", [None, "save_checkpoint", 42, lambda path: None, raises, writes_junk,
-                                  deletes_folder, returns_nan, lambda *a: None])
-def test_save_check_never_raises_on_junk(junk):
-    result = check_save_checkpoint(junk)
-    assert not result.passed and result.status in ("failed", "not done"), result.message
-    assert result.message
-
-
-@pytest.mark.parametrize("save, load", [
-    (None, None), ("x", "y"), (sol, sol), (raises, raises), (writes_junk, make_load()),
-    (make_save(), None), (make_save(), raises), (make_save(), returns_nan), (make_save(), lambda path: None),
-    (make_save(), lambda *a: ("six", {})), (make_save(), lambda *a: (torch.tensor([6, 6]), None)),
-    (deletes_folder, make_load()), (lambda *a: None, make_load()),
-])
-def test_resume_check_never_raises_on_junk(save, load):
-    result = check_resume(save, load)
-    assert not result.passed and result.status in ("failed", "not done"), result.message
-    assert result.message
-
-
-def test_strict_mode_raises_on_a_wrong_answer(strict):
-    with pytest.raises(AssertionError):
-        check_save_checkpoint(save_direct)
+        rollback.load_incident(ck.save_checkpoint(tmp_path / "c.pt", *fresh(), 0, CONFIG))

@@ -1,0 +1,435 @@
+"""Lesson 06 checkers: the solutions pass, the untouched exercises are "not done", every known wrong save or
+load is rejected with a message that names its mistake, each rule of the tables recognises its own case, and
+junk never raises."""
+
+import copy
+import os
+import random
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from notebook_code import exercise, solution
+
+from amp_lessons.checks import l06_checkpoint as l06
+from amp_lessons.checks.l06_checkpoint import check_resume, check_save_checkpoint
+from amp_lessons.checks.mistakes import first_mistake
+
+LESSON = "06_checkpoint_and_rollback.ipynb"
+
+
+# ------------------------------------------------------------------------------------------ the checkers
+
+
+def sol(name):
+    return solution(LESSON, name)
+
+
+def test_solution_passes():
+    assert check_save_checkpoint(sol("save_checkpoint")).passed
+    result = check_resume(sol("save_checkpoint"), sol("load_checkpoint"))
+    assert result.passed, result.message
+
+
+def test_untouched_exercise_is_not_done():
+    save, load = exercise(LESSON, "save_checkpoint"), exercise(LESSON, "load_checkpoint")
+    assert check_save_checkpoint(save).status == "not done"
+    assert check_resume(save, load).status == "not done"
+    assert check_resume(sol("save_checkpoint"), load).status == "not done"
+
+
+def test_checks_leave_the_learner_rng_and_cwd_alone():
+    cwd = os.getcwd()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    check_resume(sol("save_checkpoint"), sol("load_checkpoint"))
+    check_save_checkpoint(sol("save_checkpoint"))
+    assert torch.equal(torch.rand(3), expected) and os.getcwd() == cwd
+
+
+# Wrong answers for 06.1 ----------------------------------------------------------------------------------
+
+
+def _payload(model, optimizer, scaler, step, config, numpy_raw=False):
+    version, internal, gauss = random.getstate()
+    numpy_state = np.random.get_state()
+    return {
+        "step": step, "config": dict(config), "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+        "rng": {"python": [version, list(internal), gauss],
+                "numpy": (list(numpy_state) if numpy_raw
+                          else [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]]),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+    }
+
+
+def save_direct(path, model, optimizer, scaler, step, config):
+    torch.save(_payload(model, optimizer, scaler, step, config), path)
+
+
+def save_temp_elsewhere(path, model, optimizer, scaler, step, config):
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.join(os.path.dirname(os.path.dirname(path))))
+    os.close(fd)
+    torch.save(_payload(model, optimizer, scaler, step, config), tmp)
+    os.replace(tmp, path)
+
+
+def save_by_copy(path, model, optimizer, scaler, step, config):
+    tmp = str(path) + ".partial"
+    torch.save(_payload(model, optimizer, scaler, step, config), tmp)
+    shutil.copyfile(tmp, path)
+    os.remove(tmp)
+
+
+def save_no_cleanup(path, model, optimizer, scaler, step, config):
+    tmp = str(path) + ".partial"
+    torch.save(_payload(model, optimizer, scaler, step, config), tmp)
+    os.replace(tmp, path)
+
+
+def save_fixed_tmp_name(path, model, optimizer, scaler, step, config):
+    tmp = os.path.join(os.path.dirname(path), "tmp.pt")
+    try:
+        torch.save(_payload(model, optimizer, scaler, step, config), tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_and_delete_old(path, model, optimizer, scaler, step, config):
+    folder = os.path.dirname(path)
+    for name in os.listdir(folder):
+        if name.endswith(".pt"):
+            os.remove(os.path.join(folder, name))
+    save_no_cleanup(path, model, optimizer, scaler, step, config)
+
+
+def save_swallowing_errors(path, model, optimizer, scaler, step, config):
+    tmp = str(path) + ".partial"
+    try:
+        torch.save(_payload(model, optimizer, scaler, step, config), tmp)
+        os.replace(tmp, path)
+    except OSError:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _atomic(payload, path):
+    tmp = str(path) + ".partial"
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def save_numpy_raw(path, model, optimizer, scaler, step, config):
+    _atomic(_payload(model, optimizer, scaler, step, config, numpy_raw=True), path)
+
+
+def save_whole_objects(path, model, optimizer, scaler, step, config):
+    _atomic({"model": model, "optimizer": optimizer, "step": step}, path)
+
+
+def save_into_cwd(path, model, optimizer, scaler, step, config):
+    _atomic(_payload(model, optimizer, scaler, step, config), "checkpoint.pt")
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (save_direct, "torch.save wrote straight into `path`"),
+    (save_temp_elsewhere, "not next to the checkpoint"),
+    (save_by_copy, "did not arrive at `path` through os.replace"),
+    (save_fixed_tmp_name, "removed ['tmp.pt']"),
+    (save_and_delete_old, "removed ['older_run.pt', 'tmp.pt']"),
+    (save_swallowing_errors, "hid a failed write"),
+    (save_numpy_raw, "NumPy's RNG state"),
+    (save_whole_objects, "not whole objects"),
+    (save_into_cwd, "current working directory"),
+])
+def test_save_check_names_each_mistake(wrong, words):
+    result = check_save_checkpoint(wrong)
+    assert not result.passed and result.status == "failed", result.message
+    assert words in result.message, result.message
+
+
+def test_save_check_names_leftover_temp_file_after_failure():
+    result = check_save_checkpoint(save_no_cleanup)
+    assert "left ['run.ckpt.partial'] behind" in result.message and "except" in result.message
+
+
+# Wrong answers for 06.2 ----------------------------------------------------------------------------------
+
+
+def make_load(*, model=True, optimizer=True, scaler=True, rng=("python", "numpy", "torch", "cuda"), step=None,
+              config=True, weights_only=True, pair=True, eval_mode=False):
+    def load_checkpoint(path, model_, optimizer_, scaler_):
+        kwargs = {} if weights_only is None else {"weights_only": weights_only}
+        payload = torch.load(path, map_location="cpu", **kwargs)
+        if model:
+            model_.load_state_dict(payload["model"])
+        if optimizer:
+            optimizer_.load_state_dict(payload["optimizer"])
+        if scaler == "scale only":
+            scaler_.load_state_dict({**scaler_.state_dict(), "scale": payload["scaler"]["scale"]})
+        elif scaler:
+            scaler_.load_state_dict(payload["scaler"])
+        if "python" in rng:
+            version, internal, gauss = payload["rng"]["python"]
+            random.setstate((version, tuple(internal), gauss))
+        if "numpy" in rng:
+            kind, keys, *rest = payload["rng"]["numpy"]
+            np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
+        if "torch" in rng:
+            torch.set_rng_state(payload["rng"]["torch"])
+        if "cuda" in rng and payload["rng"]["cuda"]:
+            torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
+        if eval_mode:
+            model_.eval()
+        if not pair:
+            return payload["step"]
+        return (payload["step"] if step is None else step), (payload["config"] if config else {})
+
+    return load_checkpoint
+
+
+def make_save(*, skip=()):
+    def save_checkpoint(path, model, optimizer, scaler, step, config):
+        payload = _payload(model, optimizer, scaler, step, config)
+        for key in skip:
+            payload.pop(key)
+        _atomic(payload, path)
+
+    return save_checkpoint
+
+
+@pytest.mark.parametrize("save, load, words", [
+    (make_save(skip=("scaler",)), make_load(scaler=False), "GradScaler state not saved"),
+    (make_save(), make_load(scaler=False), "GradScaler state saved but not restored"),
+    (make_save(), make_load(scaler="scale only"), "Only part of the GradScaler state came back"),
+    (make_save(skip=("optimizer",)), make_load(optimizer=False), "Optimizer state not saved"),
+    (make_save(), make_load(optimizer=False), "Optimizer state not restored"),
+    (make_save(), make_load(rng=()), "RNG not restored"),
+    (make_save(), make_load(rng=("torch",)), "Python's `random`"),
+    (make_save(), make_load(rng=("python", "numpy")), "torch's CPU generator"),
+    (make_save(), make_load(step=0), "Step counter lost"),
+    (make_save(), make_load(config=False), "The config came back as {}"),
+    (make_save(), make_load(pair=False), "must return the pair (step, config)"),
+    (make_save(), make_load(model=False), "weights were not restored"),
+    (make_save(), make_load(weights_only=False), "weights_only=False"),
+    (make_save(), make_load(weights_only=None), "pass weights_only=True explicitly"),
+    (make_save(), make_load(eval_mode=True), "diverges from the uninterrupted one"),
+])
+def test_resume_check_names_each_mistake(save, load, words):
+    result = check_resume(save, load)
+    assert not result.passed and result.status == "failed", result.message
+    assert words in result.message, result.message
+
+
+def test_resume_check_names_rng_not_saved():
+    def save(path, model, optimizer, scaler, step, config):
+        payload = _payload(model, optimizer, scaler, step, config)
+        payload.pop("rng")
+        _atomic(payload, path)
+
+    def load(path, model, optimizer, scaler):
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        scaler.load_state_dict(payload["scaler"])
+        return payload["step"], payload["config"]
+
+    result = check_resume(save, load)
+    assert "RNG not restored" in result.message and "NumPy" in result.message
+
+
+# Junk ----------------------------------------------------------------------------------------------------
+
+
+def raises(*args):
+    raise ValueError("boom")
+
+
+def writes_junk(path, model, optimizer, scaler, step, config):
+    with open(path, "w") as handle:
+        handle.write("not a checkpoint")
+
+
+def deletes_folder(path, model, optimizer, scaler, step, config):
+    shutil.rmtree(os.path.dirname(path))
+
+
+def returns_nan(*args):
+    return float("nan"), float("nan")
+
+
+@pytest.mark.parametrize("junk", [None, "save_checkpoint", 42, lambda path: None, raises, writes_junk,
+                                  deletes_folder, returns_nan, lambda *a: None])
+def test_save_check_never_raises_on_junk(junk):
+    result = check_save_checkpoint(junk)
+    assert not result.passed and result.status in ("failed", "not done"), result.message
+    assert result.message
+
+
+@pytest.mark.parametrize("save, load", [
+    (None, None), ("x", "y"), (sol, sol), (raises, raises), (writes_junk, make_load()),
+    (make_save(), None), (make_save(), raises), (make_save(), returns_nan), (make_save(), lambda path: None),
+    (make_save(), lambda *a: ("six", {})), (make_save(), lambda *a: (torch.tensor([6, 6]), None)),
+    (deletes_folder, make_load()), (lambda *a: None, make_load()),
+])
+def test_resume_check_never_raises_on_junk(save, load):
+    result = check_resume(save, load)
+    assert not result.passed and result.status in ("failed", "not done"), result.message
+    assert result.message
+
+
+def test_strict_mode_raises_on_a_wrong_answer(strict):
+    with pytest.raises(AssertionError):
+        check_save_checkpoint(save_direct)
+
+
+# ------------------------------------------------------------------------------- the rule tables, one by one
+
+
+def rule_names(table):
+    return {rule.name for rule in table}
+
+
+BEFORE = {"notes.txt": b"notes", "tmp.pt": b"a learner file"}
+GOOD_SAVE = l06.SaveSeen("/run/run.ckpt", BEFORE, {**BEFORE, "run.ckpt": b"new"}, [], ["/run/tmpab12"],
+                         [("/run/tmpab12", "/run/run.ckpt")])
+SAVE_RULE_CASES = {
+    "wrote into the current directory": dict(in_cwd=["checkpoint.pt"]),
+    "touched other files": dict(after={"notes.txt": b"notes", "run.ckpt": b"new"}),
+    "no file at path": dict(after=dict(BEFORE)),
+    "left a file next to the checkpoint": dict(after={**BEFORE, "run.ckpt": b"new", "run.ckpt.partial": b""}),
+    "never called torch.save": dict(saves=[]),
+    "torch.save straight into path": dict(saves=["/run/run.ckpt"], moves=[]),
+    "not moved into place by os.replace": dict(moves=[]),
+    "temporary file in another folder": dict(saves=["/elsewhere/tmp"],
+                                             moves=[("/elsewhere/tmp", "/run/run.ckpt")]),
+}
+
+
+@pytest.mark.parametrize("name", SAVE_RULE_CASES)
+def test_each_save_rule_recognises_its_case(name):
+    seen = replace(GOOD_SAVE, **SAVE_RULE_CASES[name])
+    rule = first_mistake(l06.SAVE_MISTAKES, seen)
+    assert rule is not None and rule.name == name
+    assert rule.text(seen)
+    assert first_mistake(l06.SAVE_MISTAKES, GOOD_SAVE) is None
+    assert set(SAVE_RULE_CASES) == rule_names(l06.SAVE_MISTAKES)
+
+
+WEIGHTS_ONLY_CASES = {
+    "NumPy objects": "Unsupported global: GLOBAL numpy.core.multiarray._reconstruct",
+    "a TorchVersion": "Unsupported global: GLOBAL torch.torch_version.TorchVersion",
+    "whole objects": "Unsupported global: GLOBAL amp_lessons.models.SensorClassifier",
+}
+
+
+@pytest.mark.parametrize("name", WEIGHTS_ONLY_CASES)
+def test_each_weights_only_hint_recognises_its_case(name):
+    rule = first_mistake(l06.WEIGHTS_ONLY_HINTS, WEIGHTS_ONLY_CASES[name])
+    assert rule is not None and rule.name == name
+    assert first_mistake(l06.WEIGHTS_ONLY_HINTS, "invalid load key, 'x'") is None
+    assert set(WEIGHTS_ONLY_CASES) == rule_names(l06.WEIGHTS_ONLY_HINTS)
+
+
+OLD = {**BEFORE, "run.ckpt": b"the previous checkpoint"}
+GOOD_INTERRUPTED = l06.SaveSeen("/run/run.ckpt", OLD, dict(OLD), outcome="raised")
+INTERRUPTED_RULE_CASES = {
+    "raised another error": dict(outcome="other", error="ValueError: boom"),
+    "deleted the previous checkpoint": dict(after=dict(BEFORE)),
+    "overwrote the previous checkpoint": dict(after={**BEFORE, "run.ckpt": b"half"}),
+    "left the temporary file": dict(after={**OLD, "tmpab12": b"half"}),
+    "hid the failed write": dict(outcome="returned"),
+}
+
+
+@pytest.mark.parametrize("name", INTERRUPTED_RULE_CASES)
+def test_each_interrupted_save_rule_recognises_its_case(name):
+    seen = replace(GOOD_INTERRUPTED, **INTERRUPTED_RULE_CASES[name])
+    rule = first_mistake(l06.INTERRUPTED_SAVE_MISTAKES, seen)
+    assert rule is not None and rule.name == name
+    assert rule.text(seen)
+    assert first_mistake(l06.INTERRUPTED_SAVE_MISTAKES, GOOD_INTERRUPTED) is None
+    assert set(INTERRUPTED_RULE_CASES) == rule_names(l06.INTERRUPTED_SAVE_MISTAKES)
+
+
+def good_resume():
+    config = {"dtype": "float16", "fp32_regions": []}
+    optimizer = {"state": {0: {"exp_avg": torch.tensor([0.5])}}, "param_groups": [{"params": [0]}]}
+    scaler = {"scale": 2048.0, "_growth_tracker": 2}
+    saved = {"params": {"w": torch.ones(2)}, "optimizer": optimizer, "scaler": scaler,
+             "rng": l06.capture_rng()}
+    return l06.ResumeSeen(config, saved, (l06.STEPS_BEFORE, dict(config)), {"w": torch.ones(2)},
+                          copy.deepcopy(optimizer["state"]), dict(scaler),
+                          {"scale": 1024.0, "_growth_tracker": 0}, saved["rng"],
+                          {"optimizer": optimizer, "scaler": scaler}, [{"weights_only": True}],
+                          [torch.tensor(1.0)], [torch.tensor(1.0)], {"w": torch.ones(2)},
+                          {"w": torch.ones(2)})
+
+
+def other_torch_rng(rng):
+    generator = torch.Generator().manual_seed(12345)
+    return {**rng, "torch": generator.get_state()}
+
+
+RESTORE_RULE_CASES = {
+    "not the pair (step, config)": lambda s: dict(result=6),
+    "step counter lost": lambda s: dict(result=(0, s.config)),
+    "config lost": lambda s: dict(result=(6, {})),
+    "weights not restored": lambda s: dict(params={"w": torch.zeros(2)}),
+    "optimizer state saved but not restored": lambda s: dict(optimizer_state={}),
+    "optimizer state not saved": lambda s: dict(optimizer_state={}, payload={"scaler": s.saved["scaler"]}),
+    "only part of the GradScaler state": lambda s: dict(scaler={"scale": 2048.0, "_growth_tracker": 0}),
+    "GradScaler state saved but not restored": lambda s: dict(scaler=s.fresh_scaler),
+    "GradScaler state not saved": lambda s: dict(scaler=s.fresh_scaler, payload={"x": 1}),
+    "RNG not restored": lambda s: dict(rng=other_torch_rng(s.rng)),
+}
+
+
+@pytest.mark.parametrize("name", RESTORE_RULE_CASES)
+def test_each_restore_rule_recognises_its_case(name):
+    good = good_resume()
+    seen = replace(good, **RESTORE_RULE_CASES[name](good))
+    rule = first_mistake(l06.RESTORE_MISTAKES, seen)
+    assert rule is not None and rule.name == name
+    assert rule.text(seen)
+    assert first_mistake(l06.RESTORE_MISTAKES, good) is None
+    assert set(RESTORE_RULE_CASES) == rule_names(l06.RESTORE_MISTAKES)
+
+
+RUN_RULE_CASES = {
+    "the resumed run diverges": dict(resumed_losses=[torch.tensor(2.0)]),
+    "the parameters differ": dict(final_params={"w": torch.zeros(2)}),
+    "weights_only=False": dict(loads=[{"weights_only": False}]),
+    "weights_only not given": dict(loads=[{"map_location": "cpu"}]),
+}
+
+
+@pytest.mark.parametrize("name", RUN_RULE_CASES)
+def test_each_run_rule_recognises_its_case(name):
+    seen = replace(good_resume(), **RUN_RULE_CASES[name])
+    rule = first_mistake(l06.RUN_MISTAKES, seen)
+    assert rule is not None and rule.name == name
+    assert rule.text(seen)
+    assert first_mistake(l06.RUN_MISTAKES, good_resume()) is None
+    assert set(RUN_RULE_CASES) == rule_names(l06.RUN_MISTAKES)
+
+
+@pytest.mark.parametrize("value, step", [(6, 6), (6.0, 6), (np.int64(6), 6), (torch.tensor(6), 6),
+                                         (torch.tensor([6]), 6), (6.5, None), (True, None), ("6", None),
+                                         (None, None), (float("nan"), None), (float("inf"), None),
+                                         (torch.tensor([6, 6]), None)])
+def test_as_step_reads_whole_numbers_only(value, step):
+    assert l06._as_step(value) == step
