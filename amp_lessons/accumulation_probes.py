@@ -1,0 +1,173 @@
+"""Lesson 08: probes that record what a gradient-accumulation step does, micro-batch by micro-batch.
+
+The checker of exercise 08.1 hands the learner's ``accumulate_step`` real objects (the numbers are torch's
+own) that also write down what happens to them, in order, into one ``Log`` (lesson 03's, see
+``amp_lessons.step_probes``):
+
+- the model records each forward pass: autocast on, in which dtype, the batch size, the parameters' dtypes,
+  and whether the gradients accumulated so far were *erased* or *changed* since the last backward (a
+  post-accumulate-grad hook keeps a copy of each gradient as backward leaves it, so ``zero_grad`` or
+  clipping inside the micro-batch loop is seen however it is spelled);
+- a probe on each micro-batch's output runs first in that micro-batch's backward: autocast still on? the
+  gradient arriving at the output, which is ``scale / N`` times the unscaled, undivided one when the loss
+  was scaled and divided by the number of micro-batches ``N``; old gradients in ``.grad`` at the first one?
+- the loss function records each loss value; the optimizer and the GradScaler (lesson 03's recording ones)
+  record every public call, with the gradient norm the optimizer is about to use.
+
+It runs on the CPU with lesson 03's tiny classifier, so a whole check takes a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from amp_lessons.autocast_state import autocast_dtype, autocast_enabled
+from amp_lessons.models import TinyClassifier, seeded_weights
+from amp_lessons.step_probes import Log, RecordingScaler, RecordingSGD
+
+DEVICE_TYPE = "cpu"  # the probes run on the CPU, whatever the learner's machine has
+ROWS = 4  # samples per micro-batch
+
+
+def events(log: Log, name: str) -> list:
+    """Every event called ``name`` in ``log``, in order."""
+    return [e for e in log.events if e["name"] == name]
+
+
+def _same(now: torch.Tensor | None, kept: torch.Tensor) -> bool:
+    """Equal values (NaN equals NaN: an overflowing micro-batch leaves NaN/inf gradients)."""
+    if now is None or now.shape != kept.shape:
+        return False
+    return bool(((now == kept) | (now.isnan() & kept.isnan())).all())
+
+
+class _OutputProbe(torch.autograd.Function):
+    """Identity on one micro-batch's output; its backward runs first and sees the state backward starts in."""
+
+    @staticmethod
+    def forward(ctx, x, watched, index):
+        ctx.watched, ctx.index = watched, index
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        watched = ctx.watched
+        g = grad.detach().float()
+        finite = bool(torch.isfinite(g).all())
+        first = watched.log.count("backward") == 0
+        stale = first and any(p.grad is not None and bool(p.grad.ne(0).any()) for p in watched.parameters())
+        watched.log.add("backward", index=ctx.index, autocast=autocast_enabled(DEVICE_TYPE), finite=finite,
+                        grad_absmax=float(g.abs().max()) if finite else math.inf, stale=stale)
+        return grad, None, None
+
+
+class WatchedModel(nn.Module):
+    """A TinyClassifier whose forward records autocast, dtype, batch size and what happened to ``.grad``."""
+
+    def __init__(self, log: Log, seed: int):
+        super().__init__()
+        with seeded_weights(seed):
+            self.core = TinyClassifier()
+        self.log = log
+        self.accumulated: dict = {}  # parameter name -> its .grad as the last backward left it
+        for name, parameter in self.core.named_parameters():
+            parameter.register_post_accumulate_grad_hook(lambda p, n=name: self._keep(n, p))
+
+    def _keep(self, name, parameter) -> None:
+        self.accumulated[name] = parameter.grad.detach().clone()
+
+    def grads_since_backward(self) -> tuple[bool, bool]:
+        """(erased, changed): were the gradients zeroed, or modified, since the last accumulation?"""
+        if not self.accumulated:
+            return False, False
+        current = dict(self.core.named_parameters())
+        now = {name: current[name].grad for name in self.accumulated}
+        changed = any(not _same(now[name], kept) for name, kept in self.accumulated.items())
+        all_zero = all(g is None or not bool(g.ne(0).any()) for g in now.values())
+        had_some = any(bool(g.ne(0).any()) for g in self.accumulated.values())
+        return all_zero and had_some, changed
+
+    def forward(self, x):
+        erased, changed = self.grads_since_backward()
+        index = self.log.count("forward")
+        self.log.add("forward", index=index, autocast=autocast_enabled(DEVICE_TYPE),
+                     autocast_cuda=autocast_enabled("cuda"), dtype=autocast_dtype(DEVICE_TYPE),
+                     param_dtypes={p.dtype for p in self.parameters()},
+                     rows=int(x.shape[0]) if x.dim() else 0, erased=erased, changed=changed)
+        return _OutputProbe.apply(self.core(x), self, index)
+
+
+class WatchedLoss:
+    """Cross-entropy that records whether autocast was on, and the loss value."""
+
+    def __init__(self, log: Log):
+        self.log = log
+
+    def __call__(self, outputs, targets):
+        loss = F.cross_entropy(outputs, targets)
+        self.log.add("loss", autocast=autocast_enabled(DEVICE_TYPE), value=float(loss.detach().float()))
+        return loss
+
+
+# ----------------------------------------------------------------------------------------------- scenarios
+# Four situations an accumulation step must get right; the checker runs the learner's step and the reference
+# from identical states in each.
+
+
+@dataclass(frozen=True)
+class Scenario:
+    title: str
+    dtype: torch.dtype
+    max_norm: float | None
+    init_scale: float
+    parts: int = 4
+    growth_interval: int = 2000
+    calls: int = 1
+    stale_grads: bool = False
+    seed: int = 0
+
+
+SCENARIOS = (
+    Scenario("a normal FP16 step of 4 micro-batches (max_norm=None, old gradients left in .grad)",
+             torch.float16, None, 2.0**10, stale_grads=True, seed=1),
+    Scenario("a BF16 step of 4 micro-batches whose gradient norm is above max_norm=0.05",
+             torch.bfloat16, 0.05, 2.0**10, seed=2),
+    Scenario("an FP16 step of 2 micro-batches that overflows (init_scale=2**40, max_norm=1.0)",
+             torch.float16, 1.0, 2.0**40, parts=2, seed=3),
+    Scenario("two consecutive FP16 steps of 3 micro-batches (growth_interval=1, max_norm=1.0)",
+             torch.float16, 1.0, 2.0**8, parts=3, growth_interval=1, calls=2, seed=4),
+)
+
+
+class ProbedRun:
+    """One training run (model, optimizer, scaler, micro-batches); every part records into one ``Log``."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        self.log = Log()
+        self.model = WatchedModel(self.log, seed=scenario.seed)
+        self.optimizer = RecordingSGD(self.model.parameters(), self.log)
+        self.scaler = RecordingScaler(self.log, init_scale=scenario.init_scale,
+                                      growth_interval=scenario.growth_interval)
+        self.loss_fn = WatchedLoss(self.log)
+        g = torch.Generator().manual_seed(200 + scenario.seed)
+        self.batches = [[(torch.randn(ROWS, 6, generator=g) * 2, torch.randint(0, 4, (ROWS,), generator=g))
+                         for _ in range(scenario.parts)] for _ in range(scenario.calls)]
+        if scenario.stale_grads:
+            for p in self.model.parameters():
+                p.grad = torch.randn(p.shape, generator=g)
+
+    def new_log(self) -> Log:
+        """A fresh record for the next call, shared by every probe of the run."""
+        self.log = self.model.log = self.loss_fn.log = self.optimizer._log = self.scaler._log = Log()
+        self.model.accumulated = {}
+        return self.log
+
+    def micro_batches(self, index: int) -> list:
+        """Copies of call ``index``'s micro-batches (the learner may change what it is given)."""
+        return [(x.clone(), y.clone()) for x, y in self.batches[index]]
