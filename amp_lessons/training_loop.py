@@ -260,7 +260,10 @@ def placement_errors(inputs, targets, *, parts: int = 4, dtype=torch.float16, ma
 
 
 def plot_placement_errors(table, ax=None, floor: float = 1e-6):
-    """Bar chart (log scale) of the update error per placement and clipping setting; refused ones marked."""
+    """Bar chart (log scale) of the update error per placement and clipping setting; refused ones labelled.
+
+    The dotted line is the right placement's own error: rounding, the level every other bar is compared with.
+    """
     import matplotlib.pyplot as plt
 
     columns = [c for c in table.columns if c.startswith("update error")]
@@ -268,18 +271,21 @@ def plot_placement_errors(table, ax=None, floor: float = 1e-6):
         _, ax = plt.subplots(figsize=(9, 3.8))
     width = 0.8 / max(len(columns), 1)
     for i, column in enumerate(columns):
-        values = [max(v, floor) if math.isfinite(v) else floor for v in table[column]]
-        bars = ax.barh([k + i * width for k in range(len(table))], values, height=width,
-                       label=column.replace("update error, ", ""))
-        for bar, value in zip(bars, table[column]):
-            if not math.isfinite(value):
-                ax.annotate("torch refuses it", (floor, bar.get_y() + bar.get_height() / 2), xytext=(4, 0),
-                            textcoords="offset points", va="center", fontsize=8, color="#c62828")
+        values = [max(v, floor) if math.isfinite(v) else 0.0 for v in table[column]]
+        ax.barh([k + i * width for k in range(len(table))], values, height=width,
+                label=column.replace("update error, ", ""))
+    for k, refused in enumerate(table.get("torch says", [""] * len(table))):
+        if refused:
+            ax.annotate("torch refuses it", (floor, k + width * (len(columns) - 1) / 2), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=8, color="#c62828")
     ax.set_yticks([k + width * (len(columns) - 1) / 2 for k in range(len(table))], list(table.index))
     ax.invert_yaxis()
     ax.set_xscale("log")
+    ax.set_xlim(left=floor)
+    rounding = table[columns[0]].iloc[0]
+    if math.isfinite(rounding) and rounding > floor:
+        ax.axvline(rounding, color="grey", linewidth=0.8, linestyle=":", label="rounding (right placement)")
     ax.set_xlabel("|update - full-batch update| / |full-batch update|  (log scale)")
-    ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
     ax.set_title("Where each call goes, and what it does to one accumulated step")
     ax.legend(fontsize=8, loc="lower right")
     return ax
