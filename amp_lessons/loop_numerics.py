@@ -7,7 +7,7 @@ ops that autocast must not touch, ``torch.compile`` under autocast, and normalis
   ``torch.backends.cudnn.allow_tf32``), so a reference can silently lose three decimal digits.
   :class:`EmulatedTF32` rounds the inputs of every float32 matmul to TF32 on any device, so the effect on
   scores and decisions can be seen on a laptop; :func:`fp32_reference_settings` pins the real switches.
-- **BCE.** ``sigmoid`` then ``binary_cross_entropy`` rounds the probability first: in FP16 ``sigmoid(8)`` is
+- **BCE.** ``sigmoid`` then ``binary_cross_entropy`` rounds the probability first: in FP16 ``sigmoid(9)`` is
   exactly 1.0, and ``log(1 - 1.0)`` is clamped to -100. ``binary_cross_entropy_with_logits`` never forms
   the probability, which is why CUDA autocast refuses ``BCELoss`` outright.
 - **eps.** 1e-12 is below FP16's smallest subnormal (about 6e-8): stored in FP16 it is 0, and a

@@ -457,24 +457,24 @@ WRONG = {
 # ------------------------------------------------------------------------------------------------- tests
 
 
-def test_solution_passes(strict):
+def test_accumulate_solution_passes(strict):
     result = check_accumulate_step(solution(LESSON, "accumulate_step"))
     assert result.passed, result.message
 
 
 @pytest.mark.parametrize("step", CORRECT, ids=lambda f: f.__name__)
-def test_correct_styles_pass(step):
+def test_accumulate_correct_styles_pass(step):
     result = check_accumulate_step(step)
     assert result.passed and result.status == PASSED, result.message
 
 
-def test_untouched_exercise_is_not_done():
+def test_accumulate_untouched_exercise_is_not_done():
     result = check_accumulate_step(exercise(LESSON, "accumulate_step"))
     assert result.status == NOT_DONE, result.message
 
 
 @pytest.mark.parametrize("step", list(WRONG), ids=lambda f: f.__name__)
-def test_wrong_placement_is_named(step):
+def test_accumulate_wrong_placement_is_named(step):
     result = check_accumulate_step(step)
     assert not result.passed, f"{step.__name__} passed"
     assert WRONG[step] in result.message, result.message
@@ -495,13 +495,13 @@ JUNK = [
 
 
 @pytest.mark.parametrize("junk", JUNK, ids=range(len(JUNK)))
-def test_junk_never_raises(junk):
+def test_accumulate_junk_never_raises(junk):
     result = check_accumulate_step(junk)
     assert not result.passed and result.status == "failed", result.message
     assert result.message
 
 
-def test_checker_is_fast_and_leaves_no_state():
+def test_accumulate_checker_is_fast_and_leaves_no_state():
     check_accumulate_step(reference_accumulate_step)  # warm-up
     torch.manual_seed(123)
     expected = torch.rand(3)
