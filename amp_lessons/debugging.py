@@ -261,3 +261,13 @@ def hook_count(model: nn.Module) -> int:
     for parameter in model.parameters():
         total += len(getattr(parameter, "_backward_hooks", None) or {})
     return total
+
+
+def global_hook_count() -> int:
+    """How many hooks are installed for *every* module (``register_module_forward_hook`` and its siblings in
+    ``torch.nn.modules.module``): 0 when clean. ``hook_count`` cannot see them, they belong to no model."""
+    from torch.nn.modules import module as module_module
+
+    names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+             "_global_backward_pre_hooks")
+    return sum(len(getattr(module_module, name, None) or {}) for name in names)

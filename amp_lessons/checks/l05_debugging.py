@@ -1,167 +1,40 @@
 """Lesson 05's checkers: name the first non-finite module, and keep exactly one op in FP32.
 
 Both run on the CPU with small, deterministic models whose float16 overflow is certain (values between
-65504 and float32's range), so a check answers in well under a second on any machine.
+65504 and float32's range, see ``amp_lessons.debugging_cases``), so a check answers in well under a second.
 
 Each names the mistake with tables of small named rules (``amp_lessons.checks.mistakes``), first match wins:
-- 05.1 checks every call (``CALL_MISTAKES``: hooks left, model changed, autocast left on, not a name), then
-  reads all wrong answers together (``FINDER_MISTAKES``): a known wrong approach (no autocast, the last
-  name, NaN only, ...) is recognised when, replayed on the same cases, it gives every one of them;
+- 05.1 checks every call (``CALL_MISTAKES``: hooks left, model or its train/eval mode changed, autocast left
+  on, not a name), then reads all wrong answers together (``FINDER_MISTAKES``): a known wrong approach (no
+  autocast, the last name, NaN only, ...) is recognised when, replayed on the same cases, it gives every one
+  of them. A right finder is then run on a model whose forward raises (its hooks must go all the same) and
+  on a pretend GPU (its autocast must follow the tensors' device);
 - 05.2 watches the learner's forward without autocast (``PLAIN_MISTAKES``: it must be TextureNet.forward)
   and under float16 autocast (``AUTOCAST_MISTAKES``: which op ran in which dtype, finite, close to FP32),
-  then runs one real training step through it.
+  runs one real training step through it, then once more on a pretend GPU (``GPU_MISTAKES``): an autocast
+  switched off for a hard-coded "cpu" leaves CUDA's autocast on.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from amp_lessons import debugging_cases as cases
 from amp_lessons.autocast_state import OpDtypeRecorder, autocast_enabled
 from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
 from amp_lessons.checks.mistakes import Mistake, first_mistake
-from amp_lessons.debugging import find_first_nonfinite, hook_count
-from amp_lessons.models import TextureNet, texture_batch
+from amp_lessons.debugging import find_first_nonfinite, global_hook_count, hook_count
 
 DTYPE = torch.float16  # the autocast dtype every 05.1 case is run in
 
 # --------------------------------------------------------------------------------------------------
 # 05.1 first_nonfinite_module(model, inputs, dtype) -> qualified name | None
 # --------------------------------------------------------------------------------------------------
-
-
-def _nested():
-    """The overflow is inside a block: the answer is 'block.fc2', not the block."""
-    block = nn.Sequential(OrderedDict(fc1=nn.Linear(4, 8), relu=nn.ReLU(), fc2=nn.Linear(8, 8)))
-    return nn.Sequential(OrderedDict(block=block, out=nn.Linear(8, 2)))
-
-
-class _DefinedBackwards(nn.Module):
-    """`late` is defined first but runs second: definition order is not execution order."""
-
-    def __init__(self):
-        super().__init__()
-        self.late = nn.Linear(8, 2)
-        self.early = nn.Linear(4, 8)
-
-    def forward(self, x):
-        return self.late(torch.relu(self.early(x)))
-
-
-class _InlineMatmul(nn.Module):
-    """The overflow happens in the container's own code; the first non-finite module *output* is `b`'s."""
-
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 8)
-        self.mix = nn.Parameter(torch.full((8, 8), 2000.0))
-        self.b = nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)) @ self.mix)
-
-
-def _finder_cases():
-    """(label, model, inputs, expected answer); every overflow is float16-only (finite in float32)."""
-
-    def build(seed, factory):
-        torch.manual_seed(seed)
-        return factory()
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(5)
-        big = torch.randn(6, 4) * 40
-        quiet = torch.randn(6, 4)
-        poisoned = quiet.clone()
-        poisoned[2, 1] = float("nan")
-        signs = torch.sign(torch.randn(8, 4))
-
-        sequential = build(1, lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(),
-                                                    nn.Linear(8, 2)))
-        nested = build(2, _nested)
-        backwards = build(3, _DefinedBackwards)
-        inf_then_nan = build(4, lambda: nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4), nn.Linear(4, 2)))
-        inline = build(5, _InlineMatmul)
-        calm = build(6, lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
-        with torch.no_grad():
-            sequential[2].weight.fill_(2000.0)
-            nested.block.fc2.weight.fill_(2000.0)
-            backwards.early.weight.copy_(signs * 800.0)
-            inf_then_nan[0].weight.copy_(signs * 800.0)
-            inf_then_nan[1].weight.copy_(torch.tensor([1.0, -1.0]).repeat(4, 4))
-            inline.mix.fill_(2000.0)
-    return [
-        ("a Sequential whose 3rd layer overflows", sequential, big, "2"),
-        ("a model with a nested block", nested, big, "block.fc2"),
-        ("a model whose layers are defined in a different order than they run", backwards, big, "early"),
-        ("a layer that gives +-inf, followed by one that turns it into NaN", inf_then_nan, big, "0"),
-        ("a container whose own inline matmul overflows", inline, big, "b"),
-        ("a model that stays finite", calm, quiet, None),
-        ("a batch that already holds a NaN", calm, poisoned, "0"),
-    ]
-
-
-def _outputs_in_finish_order(model, inputs, dtype, *, autocast=True, top_only=False):
-    """[(name, output)] in the order modules finished their forward (for the answer and wrong approaches)."""
-    seen = []
-    children = {id(m) for m in model.children()}
-    handles = []
-    for name, module in model.named_modules():
-        if top_only and id(module) not in children:
-            continue
-        handles.append(module.register_forward_hook(lambda m, a, out, name=name: seen.append((name, out))))
-    try:
-        with torch.no_grad(), torch.autocast(device_type=inputs.device.type, dtype=dtype, enabled=autocast):
-            model(inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return seen
-
-
-def _first(pairs, test=lambda t: not bool(torch.isfinite(t).all())):
-    """The first name in ``pairs`` whose output is a tensor that passes ``test`` (default: non-finite)."""
-    return next((name for name, out in pairs if isinstance(out, torch.Tensor) and test(out)), None)
-
-
-def _last(pairs):
-    """The last non-finite output of a submodule (the model itself, '', is handled on its own)."""
-    return _first([(name, out) for name, out in reversed(pairs) if name])
-
-
-def _definition_order(model, pairs):
-    """The first non-finite submodule output, scanning modules in the order they are defined."""
-    outputs = dict(pairs)
-    return _first([(name, outputs[name]) for name, _ in model.named_modules() if name and name in outputs])
-
-
-def _without_autocast(model, inputs, dtype):
-    return _first(_outputs_in_finish_order(model, inputs, dtype, autocast=False))
-
-
-def _last_nonfinite(model, inputs, dtype):
-    return _last(_outputs_in_finish_order(model, inputs, dtype))
-
-
-def _nan_only(model, inputs, dtype):
-    return _first(_outputs_in_finish_order(model, inputs, dtype), test=lambda t: bool(torch.isnan(t).any()))
-
-
-def _inf_only(model, inputs, dtype):
-    return _first(_outputs_in_finish_order(model, inputs, dtype), test=lambda t: bool(torch.isinf(t).any()))
-
-
-def _top_level_only(model, inputs, dtype):
-    return _first(_outputs_in_finish_order(model, inputs, dtype, top_only=True))
-
-
-def _in_definition_order(model, inputs, dtype):
-    return _definition_order(model, _outputs_in_finish_order(model, inputs, dtype))
 
 
 @dataclass
@@ -173,18 +46,40 @@ class FinderCall:
     hooks_left: int
     changed_model: bool
     autocast_on: bool
+    mode_change: str = ""  # "eval" (a module left training mode), "train" (left eval mode) or ""
+    global_hooks_left: int = 0
+    raised: bool = False  # the case whose forward raises
 
 
 # Checked after every call, in this order: a finder must only watch, and answer with a name or None.
 CALL_MISTAKES = (
+    Mistake("hooks left when the forward raised", lambda call: call.raised and (
+        call.hooks_left or call.global_hooks_left), lambda call: (
+        f"On {call.label} your function left {call.hooks_left + call.global_hooks_left} hook(s) behind: the "
+        "error jumped over your handle.remove() lines. Remove the hooks in a `finally:` block (`try:` run "
+        "the model, `finally:` remove every handle), so they go even when the forward raises.")),
     Mistake("left hooks on the model", lambda call: call.hooks_left != 0, lambda call: (
         f"On {call.label} your function left {call.hooks_left} hook(s) on the model. Keep the handles that "
         "register_forward_hook returns and call handle.remove() on each in a `finally:` block, so they are "
         "removed even when the forward raises.")),
+    Mistake("left a global hook", lambda call: call.global_hooks_left != 0, lambda call: (
+        f"On {call.label} your function left {call.global_hooks_left} global module hook(s) installed "
+        "(register_module_forward_hook): they now fire for every module of every model. Keep the handle it "
+        "returns and call handle.remove() in a `finally:` block.")),
     Mistake("changed the model", lambda call: call.changed_model, lambda call: (
         f"On {call.label} your function changed the model (its weights or their dtype, e.g. with "
         "model.half()). A finder must only watch: autocast picks each op's dtype without touching the "
         "model.")),
+    Mistake("left the model in eval mode", lambda call: call.mode_change == "eval", lambda call: (
+        f"On {call.label} your function switched the model to eval mode and left it there: the caller's "
+        "next training step would run without dropout and with frozen batch-norm statistics. A finder needs "
+        "no eval mode (hooks and autocast work in either); if you use it, remember `was_training = "
+        "model.training` and call `model.train(was_training)` in your `finally:` block.")),
+    Mistake("left the model in training mode", lambda call: call.mode_change == "train", lambda call: (
+        f"On {call.label} the model came in eval mode and your function left it in training mode "
+        "(`model.train()` at the end switches dropout and batch-norm updates on for the caller). Restore the "
+        "mode it came in: `was_training = model.training` first, `model.train(was_training)` in the "
+        "`finally:` block.")),
     Mistake("left autocast on", lambda call: call.autocast_on,
             "Autocast is still on after your function returned: use it as `with torch.autocast(...):`."),
     Mistake("returned a module", lambda call: isinstance(call.got, nn.Module),
@@ -206,6 +101,7 @@ class WrongAnswer:
     model: nn.Module
     inputs: torch.Tensor
     dtype: torch.dtype = torch.float16
+    autocasts: tuple = ()  # the enabled autocasts the call entered (``debugging_cases.Autocast``)
 
 
 def _lines(wrong: list, words: str = "the first non-finite module is") -> list:
@@ -238,6 +134,40 @@ def _named_the_model_once(wrong: list) -> str:
             f"submodules; the first non-finite output is {wrong[0].expected!r}.")
 
 
+def _class_names(wrong: list) -> bool:
+    """recognise: every wrong answer is the class name of the module that was expected."""
+    named = [w for w in wrong if w.expected is not None]
+    return bool(named) and all(w.got == type(w.model.get_submodule(w.expected)).__name__ for w in named)
+
+
+def _autocast_elsewhere(wrong: list) -> bool:
+    """recognise: every wrong call entered autocast, but only for a device type other than the tensors'."""
+    return all(w.autocasts and all(a.device_type != w.inputs.device.type for a in w.autocasts) for w in wrong)
+
+
+def _autocast_elsewhere_message(wrong: list) -> str:
+    devices = ", ".join(repr(d) for d in sorted({a.device_type for a in wrong[0].autocasts}))
+    return (f"Your function entered autocast for {devices}, but the tensors are on "
+            f"{wrong[0].inputs.device.type!r}: autocast only changes the ops of its own device type, so the "
+            "model ran in float32 and nothing overflowed. Take the device type from the tensors: "
+            "`torch.autocast(device_type=inputs.device.type, dtype=dtype)`.")
+
+
+def _another_dtype(wrong: list) -> bool:
+    """recognise: every wrong call ran its autocast in a dtype other than the one it was given."""
+    return all(w.autocasts and all(a.dtype != w.dtype for a in w.autocasts) for w in wrong)
+
+
+def _another_dtype_message(wrong: list) -> str:
+    used = wrong[0].autocasts[0]
+    how = ("without dtype=, so it used this device's default, " if not used.dtype_given else "in ")
+    name = str(used.dtype).replace("torch.", "")
+    return (f"Your function ran autocast {how}{name}, not in the dtype it was "
+            f"given ({str(wrong[0].dtype).replace('torch.', '')}): the format decides what overflows, and "
+            "bfloat16 has float32's range. Pass it on: `torch.autocast(device_type=inputs.device.type, "
+            "dtype=dtype)`.")
+
+
 def _named_another_module(wrong: list) -> str:
     return (f"On {wrong[0].label} you returned {wrong[0].got!r}, but the first module (in the order modules "
             f"finish) whose output is non-finite is {wrong[0].expected!r}.")
@@ -251,25 +181,31 @@ FINDER_MISTAKES = (
         "output is non-finite as soon as anything inside is. Either you kept the last name your hooks saw "
         "(keep the first), or you scanned `model.named_modules()`, which lists the model itself first "
         "(record names in the hooks, in the order they fire)."), details=_lines),
-    FinderMistake("ran without autocast", _everywhere(_without_autocast), (
+    FinderMistake("class name", _class_names, (
+        "You returned the module's class name (e.g. 'Linear'); several modules share a class. Return its "
+        "qualified name, the one `model.named_modules()` gives with it (e.g. '2' or 'block.fc2')."),
+        details=_lines),
+    FinderMistake("autocast for another device", _autocast_elsewhere, _autocast_elsewhere_message),
+    FinderMistake("autocast in another dtype", _another_dtype, _another_dtype_message),
+    FinderMistake("ran without autocast", _everywhere(cases.without_autocast), (
         "Your function found nothing where float16 overflows: it ran the model without autocast (or in "
         "another dtype), and in float32 these values are ordinary numbers. Run the forward inside `with "
         "torch.autocast(device_type=inputs.device.type, dtype=dtype):`.")),
-    FinderMistake("kept the last", _everywhere(_last_nonfinite), (
+    FinderMistake("kept the last", _everywhere(cases.last_nonfinite), (
         "You returned the LAST module whose output is non-finite. Once one value is inf/NaN every later "
         "layer (and the model itself, whose hook fires last) is non-finite too: keep the first name you see "
         "and ignore the rest (e.g. `if not found: found.append(name)`).")),
-    FinderMistake("NaN only", _everywhere(_nan_only), (
+    FinderMistake("NaN only", _everywhere(cases.nan_only), (
         "You looked for NaN only. An overflow produces +-inf first; NaN appears a layer later (inf - inf, "
         "0 * inf). Test with `torch.isfinite(output).all()`, which catches both.")),
-    FinderMistake("inf only", _everywhere(_inf_only), (
+    FinderMistake("inf only", _everywhere(cases.inf_only), (
         "You looked for inf only, so a NaN (here one that was already in the batch) went unnoticed. Test "
         "with `torch.isfinite(output).all()`, which catches inf and NaN.")),
-    FinderMistake("top-level children only", _everywhere(_top_level_only), (
+    FinderMistake("top-level children only", _everywhere(cases.top_level_only), (
         "You only watched the top-level children (model.children()), so you named the block that contains "
         "the overflowing layer. Register the hook on every module from `model.named_modules()` to see inside "
         "blocks.")),
-    FinderMistake("definition order", _everywhere(_in_definition_order), (
+    FinderMistake("definition order", _everywhere(cases.in_definition_order), (
         "You reported modules in the order they are DEFINED (named_modules()), not the order they RUN. "
         "Record the names inside the forward hooks, as the hooks fire: that is the order the values are "
         "produced.")),
@@ -282,22 +218,59 @@ FINDER_MISTAKES = (
 )
 
 
+def _observe_call(finder, label, model, inputs, *, raised=False) -> tuple:
+    """Call the learner's finder once: its answer and the autocasts it entered; stop at a call mistake."""
+    hooks_before, global_before = hook_count(model), global_hook_count()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    modes = cases.training_flags(model)
+    with cases.watch_autocast() as entered:
+        learner = cases.tolerating_planted_error(finder) if raised else finder
+        got = call_learner(learner, model, inputs.clone(), DTYPE)
+    changed = any(p.dtype != torch.float32 for p in model.parameters()) or any(
+        not torch.equal(state[k], v) for k, v in model.state_dict().items())
+    call = FinderCall(label, None if raised else got, hook_count(model) - hooks_before, changed,
+                      autocast_enabled("cpu"), cases.mode_change(modes, cases.training_flags(model)),
+                      global_hook_count() - global_before, raised)
+    rule = first_mistake(CALL_MISTAKES, call)
+    if rule:
+        stop(rule.text(call))
+    return got, tuple(autocast for autocast in entered if autocast.enabled)
+
+
 def _wrong_answers(first_nonfinite_module) -> list:
     """Run the learner's finder on every case: the ``WrongAnswer`` list, or stop at the first call mistake."""
     wrong = []
-    for label, model, inputs, expected in _finder_cases():
-        hooks_before = hook_count(model)
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        got = call_learner(first_nonfinite_module, model, inputs.clone(), DTYPE)
-        changed = any(p.dtype != torch.float32 for p in model.parameters()) or any(
-            not torch.equal(state[k], v) for k, v in model.state_dict().items())
-        call = FinderCall(label, got, hook_count(model) - hooks_before, changed, autocast_enabled("cpu"))
-        rule = first_mistake(CALL_MISTAKES, call)
-        if rule:
-            stop(rule.text(call))
+    for label, model, inputs, expected in cases.finder_cases():
+        got, devices = _observe_call(first_nonfinite_module, label, model, inputs)
         if got != expected:
-            wrong.append(WrongAnswer(label, got, expected, model, inputs, DTYPE))
+            wrong.append(WrongAnswer(label, got, expected, model, inputs, DTYPE, devices))
     return wrong
+
+
+def _gpu_problem(first_nonfinite_module) -> tuple:
+    """Run a right finder on a pretend GPU: ``(ran, message)``, the message None when it still finds the
+    overflow. ``ran`` is False when it raised there: then nothing is claimed. A hard-coded ``"cpu"`` autocast
+    is the mistake it catches."""
+    label, model, inputs, expected = cases.finder_cases()[0]
+    try:
+        with cases.pretend_gpu() as entered:
+            got = first_nonfinite_module(model, inputs.clone(), DTYPE)
+    except Exception:
+        return False, None
+    if got == expected:
+        return True, None
+    elsewhere = sorted({a.device_type for a in entered if a.enabled and a.device_type != "cuda"})
+    if elsewhere:
+        message = (f"Your function enters autocast for {elsewhere[0]!r} whatever the tensors' device. Run on "
+                   f"a model and a batch on a GPU ('cuda'), it returned {got!r} instead of {expected!r}: "
+                   f"{elsewhere[0]!r} autocast does not touch CUDA tensors, so the model ran in float32. "
+                   "Take the device type from the tensors: `torch.autocast(device_type=inputs.device.type, "
+                   "dtype=dtype)`.")
+    else:
+        message = (f"Run on a model and a batch on a GPU ('cuda'), your function returned {got!r} instead of "
+                   f"{expected!r}. Take autocast's device type from the tensors: "
+                   "`torch.autocast(device_type=inputs.device.type, dtype=dtype)`.")
+    return True, message
 
 
 @checker("05.1 first_nonfinite_module")
@@ -305,26 +278,30 @@ def check_first_nonfinite_module(first_nonfinite_module):
     """``first_nonfinite_module(model, inputs, dtype)``: the first module (finish order) whose output is
     non-finite."""
     wrong = _wrong_answers(first_nonfinite_module)
-    if not wrong:
-        return passed(
-            "You named the first non-finite module on all seven cases: inside blocks, in the order modules "
-            "run, inf as well as NaN, None when everything is finite, and your hooks are gone afterwards."
-        )
-    rule = first_mistake(FINDER_MISTAKES, wrong)
-    return failed(rule.text(wrong), rule.details(wrong))
+    if wrong:
+        rule = first_mistake(FINDER_MISTAKES, wrong)
+        return failed(rule.text(wrong), rule.details(wrong))
+    _observe_call(first_nonfinite_module, "a model whose forward raises an error", cases.RaisingModel(),
+                  cases.finder_cases()[0][2], raised=True)
+    ran, problem = _gpu_problem(first_nonfinite_module)
+    if problem:
+        return failed(problem)
+    device = ("; and your autocast follows the tensors' device (tried with the model and batch on a pretend "
+              "GPU)" if ran else " (on a pretend GPU your function raised, so its device handling was not "
+              "checked)")
+    return passed(
+        "You named the first non-finite module on all seven cases: inside blocks, in the order modules run, "
+        "inf as well as NaN, None when everything is finite. Your hooks are gone afterwards, also when the "
+        f"forward raises; each model keeps its train/eval mode{device}."
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # 05.2 texture_forward(model, x): the Gram product in FP32, everything else as autocast chooses
 # --------------------------------------------------------------------------------------------------
-_HIDING_OPS = {"clamp", "clamp_", "clip", "clip_", "nan_to_num", "nan_to_num_", "where", "masked_fill",
-               "masked_fill_",
-               "clamp_max", "clamp_min", "minimum", "maximum", "hardtanh"}
-
-
 def _hiding_ops(recorder) -> list:
     """The ops that hide an overflow (clamp, nan_to_num, where, ...) the learner's forward called, sorted."""
-    return sorted({c.name for c in recorder.calls if c.name in _HIDING_OPS})
+    return sorted({c.name for c in recorder.calls if c.name in cases.HIDING_OPS})
 
 
 def _hiding_message(hid) -> str:
@@ -342,26 +319,33 @@ _BF16_MESSAGE = (
 )
 
 
-class _Patched(nn.Module):
-    """A TextureNet whose forward is the learner's function (so a real training step can run through it)."""
-
-    def __init__(self, inner, forward_fn):
-        super().__init__()
-        self.inner = inner
-        self.forward_fn = forward_fn
-
-    def forward(self, x):
-        return self.forward_fn(self.inner, x)
+_FLOAT64_MESSAGE = (
+    "Your Gram product runs in float64 (.double()). float32 already holds these values with room to spare "
+    "(its range reaches 3.4e38); float64 doubles the memory and, on most GPUs, costs many times the time. "
+    "Use .float() on both operands."
+)
 
 
-def _texture_case(seed: int):
-    model = TextureNet(seed=seed)
-    x, y = texture_batch(n=8, seed=seed)
-    return model, x, y
+def _learner_error(problem: LearnerProblem, recorder) -> None:
+    """Say what an error inside the learner's forward most likely means (changes the message in place)."""
+    message = problem.result.message
+    if problem.result.status != FAILED:
+        return
+    if any(c.output_dtype == "bfloat16" for c in recorder.matmuls):
+        problem.result.message = _BF16_MESSAGE + "\n(" + message + ")"
+    elif any(c.output_dtype == "float64" for c in recorder.matmuls):
+        problem.result.message = _FLOAT64_MESSAGE + "\n(" + message + ")"
+    elif "dtype" in message.lower():
+        problem.result.message = (
+            "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a "
+            "float16 operand meet in one matmul. Cast BOTH operands with .float() inside the "
+            "block.\n" + message
+        )
 
 
 def _run_learner(fn, model, x, *, autocast: bool):
-    """Call the learner's forward, watching op dtypes and the dtypes of `features` / `head` outputs."""
+    """Call the learner's forward, watching op dtypes, the dtypes of `features` / `head` outputs and the
+    autocasts it entered."""
     module_dtypes = {}
     handles = [
         module.register_forward_hook(lambda m, a, out, name=name: module_dtypes.__setitem__(name, out.dtype))
@@ -370,19 +354,11 @@ def _run_learner(fn, model, x, *, autocast: bool):
     recorder = OpDtypeRecorder("cpu")
     try:
         with torch.autocast(device_type="cpu", dtype=torch.float16, enabled=autocast):
-            with recorder:
+            with recorder, cases.watch_autocast() as entered:
                 got = call_learner(fn, model, x.clone(), what="`texture_forward`")
             still_on = autocast_enabled("cpu")
     except LearnerProblem as problem:
-        message = problem.result.message
-        if problem.result.status == FAILED and any(c.output_dtype == "bfloat16" for c in recorder.matmuls):
-            problem.result.message = _BF16_MESSAGE + "\n(" + message + ")"
-        elif problem.result.status == FAILED and "dtype" in message.lower():
-            problem.result.message = (
-                "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a "
-                "float16 operand meet in one matmul. Cast BOTH operands with .float() inside the "
-                "block.\n" + message
-            )
+        _learner_error(problem, recorder)
         raise
     finally:
         for handle in handles:
@@ -391,7 +367,7 @@ def _run_learner(fn, model, x, *, autocast: bool):
         raise LearnerProblem(failed(
             "After your function returned, autocast was switched off for the caller: disable it only inside "
             "a `with torch.autocast(device_type=..., enabled=False):` block, which restores it on exit."))
-    return got, recorder, module_dtypes
+    return got, recorder, module_dtypes, entered
 
 
 def _gram_call(recorder, batch, channels):
@@ -411,6 +387,7 @@ class TextureRun:
     batch: int
     channels: int
     classes: int
+    entered: list = field(default_factory=list)  # (device type, enabled) of each autocast the call entered
 
     @property
     def gram(self):
@@ -438,6 +415,15 @@ class TextureRun:
         return any(c.name in ("float", "to", "type") and c.output_dtype == "float32" and not c.finite
                    for c in self.recorder.calls)
 
+    def switched_off(self, *, other_than: str) -> list:
+        """The device types, other than ``other_than``, for which the call switched autocast off."""
+        return sorted({a.device_type for a in self.entered if not a.enabled and a.device_type != other_than})
+
+    @property
+    def gram_fixed(self) -> bool:
+        return isinstance(self.got, torch.Tensor) and self.finite and self.gram is not None and (
+            self.gram.output_dtype == "float32")
+
     @property
     def difference(self) -> float:
         return (self.got.detach().float() - self.reference).abs().max().item()
@@ -448,9 +434,23 @@ class TextureRun:
 
 
 def _observe(texture_forward, model, x, reference, *, autocast: bool) -> TextureRun:
-    got, recorder, module_dtypes = _run_learner(texture_forward, model, x, autocast=autocast)
+    got, recorder, module_dtypes, entered = _run_learner(texture_forward, model, x, autocast=autocast)
     return TextureRun(got, recorder, module_dtypes, reference, x.shape[0], model.features[0].out_features,
-                      model.head.out_features)
+                      model.head.out_features, entered)
+
+
+def _observe_on_gpu(texture_forward, model, x, reference) -> TextureRun | None:
+    """The learner's forward on a pretend GPU, under an autocast that stands for CUDA's (None when it raised
+    there: then nothing is claimed)."""
+    recorder = OpDtypeRecorder("cpu")
+    try:
+        with torch.autocast(device_type="cpu", dtype=torch.float16):  # plays CUDA's autocast
+            with cases.pretend_gpu() as entered, recorder:
+                got = texture_forward(model, x.clone())
+    except Exception:
+        return None
+    return TextureRun(got, recorder, {}, reference, x.shape[0], model.features[0].out_features,
+                      model.head.out_features, entered)
 
 
 # 1. Called without autocast, the function must be TextureNet.forward itself.
@@ -478,6 +478,11 @@ AUTOCAST_MISTAKES = (
     Mistake("not the logits", lambda run: not isinstance(run.got, torch.Tensor)
             or tuple(run.got.shape) != (run.batch, run.classes),
             "Under autocast texture_forward did not return the [batch, classes] logits tensor."),
+    Mistake("features in float32 too", lambda run: run.ran_in("features") == torch.float32
+            and run.ran_in("head") == torch.float16, (
+                "`model.features` ran in float32: your `enabled=False` block starts too early (head still "
+                "runs in float16). Compute `h = model.features(x)` under autocast and switch autocast off "
+                "only around the Gram product.")),
     Mistake("everything in float32", lambda run: run.ran_in("features") == torch.float32, (
         "Your whole forward ran in float32: `model.features` produced float32 although it is a Linear that "
         "autocast runs in float16. Disabling autocast for the whole model throws away the mixed precision; "
@@ -486,6 +491,7 @@ AUTOCAST_MISTAKES = (
         "No matmul produced the [batch, channels, channels] Gram matrix: compute "
         "`h.transpose(1, 2) @ h` (in float32) as TextureNet.forward does.")),
     Mistake("Gram product in bfloat16", lambda run: run.gram.output_dtype == "bfloat16", _BF16_MESSAGE),
+    Mistake("Gram product in float64", lambda run: run.gram.output_dtype == "float64", _FLOAT64_MESSAGE),
     Mistake("inputs left in float16",
             lambda run: not run.finite and run.gram.output_dtype == "float16" and not run.gram.autocast, (
                 "You switched autocast off around the Gram product but its inputs are still float16 (h comes "
@@ -498,6 +504,13 @@ AUTOCAST_MISTAKES = (
     Mistake("cast after the product", lambda run: not run.finite and run.cast_after, (
         "You cast to float32 AFTER the product: `(h.transpose(1, 2) @ h).float()` converts an inf that "
         "float16 already produced. The inputs must be float32 before the matmul runs.")),
+    Mistake("autocast off for another device",
+            lambda run: not run.finite and run.gram.autocast and run.switched_off(other_than="cpu"),
+            lambda run: (
+                f"You switched autocast off for {run.switched_off(other_than='cpu')[0]!r}, but these tensors "
+                "are on the CPU ('cpu'): autocast is per device type, so CPU autocast stayed on and the Gram "
+                "product still ran in float16. Take the device type from the tensors: "
+                "`torch.autocast(device_type=x.device.type, enabled=False)`.")),
     Mistake("nothing fixed", lambda run: not run.finite, (
         "Nothing was fixed: under float16 autocast the Gram product h^T @ h still runs in float16, exceeds "
         "65504 and the logits are inf/NaN. Wrap it in `with torch.autocast(device_type=x.device.type, "
@@ -520,9 +533,30 @@ AUTOCAST_MISTAKES = (
 )
 
 
+# 3. On a pretend GPU (tensors on 'cuda', the outer autocast CUDA's): the fix must follow the tensors' device.
+def _gpu_outcome(run: TextureRun) -> str:
+    if not isinstance(run.got, torch.Tensor) or not bool(torch.isfinite(run.got).all()):
+        return "the logits are not finite"
+    return f"the Gram product ran in {run.gram.output_dtype}" if run.gram else "no Gram product ran"
+
+
+GPU_MISTAKES = (
+    Mistake("autocast off for a fixed device type",
+            lambda run: not run.gram_fixed and run.switched_off(other_than="cuda"), lambda run: (
+                f"Your function switches autocast off for {run.switched_off(other_than='cuda')[0]!r} "
+                "whatever the tensors' device. That works only there: run with the model and the batch on a "
+                f"GPU ('cuda'), CUDA's autocast stays on and {_gpu_outcome(run)}. Take the device type from "
+                "the tensors: `with torch.autocast(device_type=x.device.type, enabled=False):`.")),
+    Mistake("not fixed on a GPU", lambda run: not run.gram_fixed, lambda run: (
+        f"Run with the model and the batch on a GPU ('cuda'), {_gpu_outcome(run)}: what decides the "
+        "precision in your function does not follow the tensors' device. Use `torch.autocast(device_type="
+        "x.device.type, enabled=False)` and .float() on both operands.")),
+)
+
+
 def _training_step_problem(texture_forward, model, x, y) -> str | None:
-    """3. A real training step through the fixed forward must be finite (None when it is)."""
-    patched = _Patched(model, texture_forward)
+    """4. A real training step through the fixed forward must be finite (None when it is)."""
+    patched = cases.WithForward(model, texture_forward)
     optimizer = torch.optim.SGD(patched.parameters(), lr=1e-4)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
     try:
@@ -540,7 +574,7 @@ def _training_step_problem(texture_forward, model, x, y) -> str | None:
 def check_texture_forward(texture_forward):
     """The learner's TextureNet forward: finite under FP16 autocast, FP32 only for ``h^T @ h``, same math."""
     for seed in (0, 1):
-        model, x, y = _texture_case(seed)
+        model, x, y = cases.texture_case(seed)
         with torch.no_grad():
             reference = model(x)
         for rules, autocast in ((PLAIN_MISTAKES, False), (AUTOCAST_MISTAKES, True)):
@@ -551,7 +585,14 @@ def check_texture_forward(texture_forward):
         problem = _training_step_problem(texture_forward, model, x, y)
         if problem:
             return failed(problem)
+    gpu_run = _observe_on_gpu(texture_forward, model, x, reference)
+    rule = first_mistake(GPU_MISTAKES, gpu_run) if gpu_run is not None else None
+    if rule:
+        return failed(rule.text(gpu_run))
+    device = (" Your autocast switch follows the tensors' device (tried with the model and batch on a "
+              "pretend GPU)." if gpu_run is not None else " (On a pretend GPU your forward raised, so "
+              "whether it follows the tensors' device was not checked.)")
     return passed(
         "Only the Gram product runs in float32; features and head still run in float16; the logits are "
-        "finite, match the FP32 reference, and a training step through your forward is finite."
+        f"finite, match the FP32 reference, and a training step through your forward is finite.{device}"
     )

@@ -4,14 +4,11 @@ import pytest
 import torch
 from notebook_code import exercise, solution
 
+from amp_lessons import debugging_cases as cases
 from amp_lessons.autocast_state import autocast_enabled
 from amp_lessons.checks import l05_debugging as l05
 from amp_lessons.checks.harness import NOT_DONE
-from amp_lessons.checks.l05_debugging import (
-    _finder_cases,
-    check_first_nonfinite_module,
-    check_texture_forward,
-)
+from amp_lessons.checks.l05_debugging import check_first_nonfinite_module, check_texture_forward
 from amp_lessons.checks.mistakes import first_mistake
 from amp_lessons.models import TextureNet, texture_batch
 
@@ -22,13 +19,12 @@ LESSON = "05_nan_debugging.ipynb"
 
 
 def test_finder_cases_overflow_only_in_fp16():
-    from amp_lessons.checks.l05_debugging import _first, _outputs_in_finish_order
-
-    for label, model, inputs, expected in _finder_cases():
-        assert _first(_outputs_in_finish_order(model, inputs, torch.float16)) == expected, label
+    for label, model, inputs, expected in cases.finder_cases():
+        outputs = cases.outputs_in_finish_order(model, inputs, torch.float16)
+        assert cases.first_name(outputs) == expected, label
         if torch.isfinite(inputs).all():
-            unscaled = _outputs_in_finish_order(model, inputs, torch.float16, autocast=False)
-            assert _first(unscaled) is None, label
+            unscaled = cases.outputs_in_finish_order(model, inputs, torch.float16, autocast=False)
+            assert cases.first_name(unscaled) is None, label
 
 
 def test_finder_solution_passes():
@@ -331,8 +327,12 @@ def finder_call(**facts):
 
 
 CALL_RULE_CASES = {
+    "hooks left when the forward raised": finder_call(hooks_left=2, raised=True),
     "left hooks on the model": finder_call(hooks_left=2),
+    "left a global hook": finder_call(global_hooks_left=1),
     "changed the model": finder_call(changed_model=True),
+    "left the model in eval mode": finder_call(mode_change="eval"),
+    "left the model in training mode": finder_call(mode_change="train"),
     "left autocast on": finder_call(autocast_on=True),
     "returned a module": finder_call(got=torch.nn.Linear(2, 2)),
     "returned neither a name nor None": finder_call(got=3),
@@ -352,10 +352,12 @@ def test_each_call_rule_recognises_its_case(name):
 def wrong_answers(finder):
     """The cases ``finder`` gets wrong, as the checker collects them (without the per-call rules)."""
     wrong = []
-    for label, model, inputs, expected in _finder_cases():
-        got = finder(model, inputs.clone(), l05.DTYPE)
+    for label, model, inputs, expected in cases.finder_cases():
+        with cases.watch_autocast() as entered:
+            got = finder(model, inputs.clone(), l05.DTYPE)
         if got != expected:
-            wrong.append(l05.WrongAnswer(label, got, expected, model, inputs))
+            autocasts = tuple(autocast for autocast in entered if autocast.enabled)
+            wrong.append(l05.WrongAnswer(label, got, expected, model, inputs, l05.DTYPE, autocasts))
     return wrong
 
 
@@ -364,8 +366,44 @@ def finder_named_the_model_on_one_case(model, inputs, dtype):
     return {"2": "", "block.fc2": "block"}.get(right, right)
 
 
+def finder_class_name(model, inputs, dtype):
+    name = _first_bad(_hooked_run(model, inputs, dtype))
+    return None if name is None else type(model.get_submodule(name)).__name__
+
+
+def finder_cuda_autocast(model, inputs, dtype):
+    """The CUDA habit: autocast for 'cuda' whatever the tensors' device (on CPU tensors it does nothing)."""
+    seen = []
+    handles = [m.register_forward_hook(lambda mod, a, out, n=n: seen.append((n, out)))
+               for n, m in model.named_modules()]
+    try:
+        with torch.no_grad(), torch.autocast("cuda", dtype=dtype):
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return _first_bad(seen)
+
+
+def finder_default_dtype(model, inputs, dtype):
+    """autocast without dtype=: the CPU's default is bfloat16, which does not overflow here."""
+    seen = []
+    handles = [m.register_forward_hook(lambda mod, a, out, n=n: seen.append((n, out)))
+               for n, m in model.named_modules()]
+    try:
+        with torch.no_grad(), torch.autocast(device_type=inputs.device.type):
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return _first_bad(seen)
+
+
 FINDER_RULE_CASES = {
     "returned the model itself": finder_definition_order_with_root,
+    "class name": finder_class_name,
+    "autocast for another device": finder_cuda_autocast,
+    "autocast in another dtype": finder_default_dtype,
     "ran without autocast": finder_without_autocast,
     "kept the last": finder_last_leaf,
     "NaN only": finder_nan_only,
@@ -446,14 +484,38 @@ def test_each_plain_texture_rule_recognises_its_case(name):
     assert set(PLAIN_RULE_CASES) == {rule.name for rule in l05.PLAIN_MISTAKES}
 
 
+def texture_features_fp32_too(model, x):
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        h = model.features(x.float())
+        gram = h.transpose(1, 2) @ h
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_float64(model, x):
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.double().transpose(1, 2) @ h.double()
+    return model.head((gram / h.shape[1]).float().flatten(1))
+
+
+def texture_cuda_autocast_off(model, x):
+    h = model.features(x)
+    with torch.autocast("cuda", enabled=False):  # the CUDA habit, on CPU tensors
+        gram = h.float().transpose(1, 2) @ h.float()
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
 AUTOCAST_RULE_CASES = {
     "not the logits": texture_junk_under_autocast,
+    "features in float32 too": texture_features_fp32_too,
     "everything in float32": texture_everything_fp32,
     "no Gram product": texture_gram_by_broadcasting,
     "Gram product in bfloat16": texture_bfloat16_under_autocast,
+    "Gram product in float64": texture_float64,
     "inputs left in float16": texture_forgot_cast,
     "the wrong op in float32": texture_wrong_op,
     "cast after the product": texture_cast_after,
+    "autocast off for another device": texture_cuda_autocast_off,
     "nothing fixed": texture_unfixed,
     "hid the overflow": texture_nan_to_num,
     "rescaled instead": texture_prescaled,
@@ -470,3 +532,36 @@ def test_each_autocast_texture_rule_recognises_its_case(name):
     assert rule is not None and rule.name == name and rule.text(run)
     assert first_mistake(l05.AUTOCAST_MISTAKES, texture_run(texture_right, autocast=True)) is None
     assert set(AUTOCAST_RULE_CASES) == {rule.name for rule in l05.AUTOCAST_MISTAKES}
+
+
+def texture_hard_coded_cpu(model, x):
+    h = model.features(x)
+    with torch.autocast("cpu", enabled=False):  # right on a CPU only
+        gram = h.float().transpose(1, 2) @ h.float()
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_raises_on_gpu(model, x):
+    if x.device.type == "cuda":
+        raise RuntimeError("only on a GPU")
+    return texture_right(model, x)
+
+
+GPU_RULE_CASES = {
+    "autocast off for a fixed device type": texture_hard_coded_cpu,
+    "not fixed on a GPU": lambda model, x: texture_right(model, x) * (float("inf") if x.is_cuda else 1.0),
+}
+
+
+@pytest.mark.parametrize("name", GPU_RULE_CASES)
+def test_each_gpu_texture_rule_recognises_its_case(name):
+    model, x = TextureNet(seed=0), texture_batch(n=8, seed=0)[0]
+    with torch.no_grad():
+        reference = model(x)
+    run = l05._observe_on_gpu(GPU_RULE_CASES[name], model, x, reference)
+    rule = first_mistake(l05.GPU_MISTAKES, run)
+    assert rule is not None and rule.name == name and rule.text(run)
+    right = l05._observe_on_gpu(texture_right, model, x, reference)
+    assert first_mistake(l05.GPU_MISTAKES, right) is None
+    assert l05._observe_on_gpu(texture_raises_on_gpu, model, x, reference) is None  # nothing claimed
+    assert set(GPU_RULE_CASES) == {rule.name for rule in l05.GPU_MISTAKES}
