@@ -283,6 +283,9 @@ USAGE_MISTAKES = (
     Mistake("negative times", lambda run: any(v < 0 for v in run.values),
             "Your times are negative: you subtracted the wrong way round. A duration is "
             "`end - start` (the later reading minus the earlier one)."),
+    Mistake("never called step_fn", lambda run: run.device.calls == 0,
+            "You never call `step_fn()`: it was not called once, so you timed nothing. Did you write "
+            "`step_fn` without parentheses? Call it: `step_fn()`."),
     Mistake("no warm-up", lambda run: run.device.calls == run.repeats and run.warmup > 0, lambda run: (
         f"No warm-up: step_fn was called only {run.device.calls} times, all of them timed. Call it `warmup` "
         "times first, untimed, then sync(): the first calls are slow (allocation, autotuning). "
@@ -323,6 +326,13 @@ def _same_average(run: TimingRun) -> bool:
     return run.repeats > 1 and all(_close(v, mean, rel=0.02) for v in run.values)
 
 
+def _unit(run: TimingRun):
+    """("microseconds", 1e6) or ("nanoseconds", 1e9) when the times are right in that unit, else None."""
+    units = (("microseconds", 1e6), ("nanoseconds", 1e9))
+    return next(((name, factor) for name, factor in units
+                 if _all_close(run.values, [e * factor for e in run.expected])), None)
+
+
 def _leftover_warmup(run: TimingRun) -> bool:
     values, expected = run.values, run.expected
     return values[0] > 1.5 * expected[0] and _all_close(values[1:], expected[1:], rel=0.02)
@@ -332,6 +342,9 @@ def _leftover_warmup(run: TimingRun) -> bool:
 VALUE_MISTAKES = (
     Mistake("milliseconds", lambda run: _all_close(run.values, [e * 1e3 for e in run.expected]),
             "Your numbers are milliseconds (1000x too large); return seconds, as clock() gives them."),
+    Mistake("another unit", lambda run: _unit(run) is not None, lambda run: (
+        f"Your numbers are {_unit(run)[0]} ({_unit(run)[1]:.0e} times too large); return seconds, as clock() "
+        "gives them.")),
     Mistake("a running total", _running_total,
             "Your times grow call after call: each is the time since the FIRST call started (a running "
             "total). Reset the start for every call: `start = clock()` inside the loop."),

@@ -320,6 +320,14 @@ def doubled(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
     return [2 * t for t in _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
 
 
+def step_fn_never_called(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return _right(lambda: None, warmup=warmup, repeats=repeats, sync=sync, clock=clock)
+
+
+def microseconds(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    return [t * 1e6 for t in _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
+
+
 def timing_run(time_step):
     warmup, repeats, costs = SCENARIOS[0]
     device, result = l07._run_scenario(time_step, warmup, repeats, costs)
@@ -337,6 +345,7 @@ RESULT_AND_USAGE_RULE_CASES = {
     "never read the clock": ignores_clock,
     "NaN or infinity": _nan,
     "negative times": reversed_subtraction,
+    "never called step_fn": step_fn_never_called,
     "no warm-up": no_warmup,
     "a wrong number of calls": one_repeat_short,
     "warm-up calls in the list": warmup_in_result,
@@ -361,6 +370,7 @@ def test_each_result_and_usage_rule_recognises_its_case(name):
 
 VALUE_RULE_CASES = {
     "milliseconds": milliseconds,
+    "another unit": microseconds,
     "a running total": running_total,
     "the same average": same_average,
     "the clock stopped before the device finished": sync_only_before_start,
