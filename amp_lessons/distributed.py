@@ -49,7 +49,6 @@ from pathlib import Path
 
 WORLD_SIZE = 2
 TOKEN_VARIABLE = "AMP_LESSONS_RUN_TOKEN"
-RUN_DIR_VARIABLE = "AMP_LESSONS_RUN_DIR"
 
 
 class DistributedRunError(RuntimeError):
@@ -138,7 +137,7 @@ def launch(module: str, args=(), *, nproc: int = WORLD_SIZE, timeout_s: float = 
     started = time.perf_counter()
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=run_environment({TOKEN_VARIABLE: token, RUN_DIR_VARIABLE: out_dir}),
+                                   env=run_environment({TOKEN_VARIABLE: token}),
                                    **_new_group())
         try:
             code = process.wait(timeout=timeout_s)
