@@ -27,8 +27,8 @@ def saved_tensor_report(model, loss_fn, inputs, targets, *, dtype=None):
 
     ``dtype=None`` runs in FP32, otherwise under ``torch.autocast(dtype=dtype)``. A saved tensor is
     classified as
-    - ``"parameter (FP32 master)"`` when it *is* a parameter (FP32 runs save the weight itself: no extra
-      memory),
+    - ``"parameter itself (FP32)"`` when it *is* a parameter (FP32 runs save the weight itself: no extra
+      memory; torch.amp keeps no separate "master" copy, the parameters simply stay FP32),
     - ``"weight copy cast by autocast"`` when it has a parameter's shape (or its transpose) but a
       low-precision
       dtype (autocast casts each weight once per forward and keeps the copy for backward: memory FP32 training
@@ -47,7 +47,7 @@ def saved_tensor_report(model, loss_fn, inputs, targets, *, dtype=None):
         if key not in seen:
             seen.add(key)
             if t.data_ptr() in parameters and t.dtype == parameters[t.data_ptr()].dtype:
-                kind = "parameter (FP32 master)"
+                kind = "parameter itself (FP32)"
             elif tuple(sorted(t.shape)) in parameter_shapes and t.dtype in (torch.float16, torch.bfloat16):
                 kind = "weight copy cast by autocast"
             else:

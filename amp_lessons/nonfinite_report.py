@@ -129,9 +129,10 @@ def _range_note(first: Probe) -> str:
         return (f" float16 holds at most {FP16_MAX:g}: an inline op produced a value beyond it (what you see "
                 "may have been divided or reshaped afterwards, but inf stays inf).")
     if overflow and first.dtype == "float16":
-        largest = "" if math.isnan(first.max_abs) else f" (its largest finite value is {first.max_abs:.6g})"
-        return (f" float16 holds at most {FP16_MAX:g}{largest}: values beyond it become inf — an overflow "
-                "caused by the precision, not by the data.")
+        largest = ("" if math.isnan(first.max_abs) else
+                   f" (this tensor's largest value that stayed finite is {first.max_abs:.6g})")
+        return (f" float16 holds at most {FP16_MAX:g}{largest}; values beyond {FP16_MAX:g} become inf — an "
+                "overflow caused by the precision, not by the data.")
     if overflow and first.dtype == "bfloat16":
         return (" bfloat16 has float32's range, so this would overflow in float32 as well: look at the "
                 "values, not the precision.")

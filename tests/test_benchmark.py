@@ -211,7 +211,7 @@ def test_saved_tensor_report_fp32_vs_bf16(small):
     fp32 = memory.saved_tensor_report(model, loss_fn, x, y)
     bf16 = memory.saved_tensor_report(model, loss_fn, x, y, dtype=torch.bfloat16)
     kinds32 = set(fp32["kind"])
-    assert "weight copy cast by autocast" not in kinds32 and "parameter (FP32 master)" in kinds32
+    assert "weight copy cast by autocast" not in kinds32 and "parameter itself (FP32)" in kinds32
     copies = bf16[bf16["kind"] == "weight copy cast by autocast"]
     assert len(copies) and set(copies["dtype"]) == {"bfloat16"}
     act32 = fp32[fp32["kind"] == "activation"]["bytes"].sum()
@@ -275,3 +275,49 @@ def test_shape_comparison_runs_on_cpu():
     results = benchmark.shape_comparison("cpu", sizes=(16, 15), dtype=torch.bfloat16, warmup=1, repeats=2)
     assert [r.label for r in results] == ["n=16", "n=15"]
     assert isinstance(benchmark.shape_conclusion(results), str)
+
+
+# ----------------------------------------------------------------- the lesson's loop agrees with measure
+
+
+def _lesson_time_calls():
+    from notebook_code import load_function
+
+    return load_function("notebooks/07_measuring_gains.ipynb", "time_calls")
+
+
+def _simulated_step(monkeypatch, costs):
+    """A step whose n-th call takes ``costs[n]`` seconds on a fake host clock (``time.perf_counter``)."""
+    state = {"now": 0.0, "calls": 0}
+    monkeypatch.setattr(time, "perf_counter", lambda: state["now"])
+
+    def step():
+        state["now"] += costs[min(state["calls"], len(costs) - 1)]
+        state["calls"] += 1
+        return torch.tensor(1.0)
+
+    return step, state
+
+
+def test_the_lessons_timing_loop_agrees_with_measure(monkeypatch):
+    """Lesson 07's 25-line ``time_calls`` times the same calls as ``benchmark.measure``, the same way: warm-up
+    untimed, one time per call (on a simulated clock, so the numbers are exact)."""
+    time_calls = _lesson_time_calls()
+    costs = [0.05, 0.04, 0.010, 0.012, 0.009, 0.011, 0.014, 0.010]
+    step, state = _simulated_step(monkeypatch, costs)
+    lesson = time_calls(step, device="cpu", warmup=2, repeats=6)
+    lesson_calls = state["calls"]
+    step, state = _simulated_step(monkeypatch, costs)
+    package = benchmark.measure(step, device="cpu", warmup=2, repeats=6).times
+    assert lesson == pytest.approx(package) and package == pytest.approx(costs[2:])
+    assert lesson_calls == state["calls"] == 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA-events branch needs a GPU")
+def test_the_lessons_timing_loop_agrees_with_measure_on_a_gpu():
+    time_calls = _lesson_time_calls()
+    a = torch.randn(1024, 1024, device="cuda")
+    lesson = time_calls(lambda: a @ a, device="cuda", warmup=3, repeats=20)
+    package = benchmark.measure(lambda: a @ a, device="cuda", warmup=3, repeats=20).times
+    assert len(lesson) == len(package) == 20 and min(lesson) > 0 and min(package) > 0
+    assert 0.5 < sorted(lesson)[10] / sorted(package)[10] < 2  # the same kernel, timed the same way

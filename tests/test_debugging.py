@@ -89,6 +89,10 @@ def test_finder_names_the_overflowing_module_output():
     assert report.skipped is True and report.scale_after == report.scale_before / 2
     assert hook_count(model) == 0
     assert "scores" in str(report) and "65504" in report.explanation()
+    # 65504 is float16's maximum; the 65344 quoted next to it is this tensor's, not the format's (issue 11.5)
+    assert "float16 holds at most 65504 (this tensor's largest value that stayed finite is 65344)" in (
+        report.explanation())
+    assert "its largest finite value" not in report.explanation()
     assert "ScoreProduct" in report._repr_html_()
     table = report.table()
     assert list(table.index) == list(range(1, len(report.probes) + 1))
@@ -349,3 +353,110 @@ def test_one_cpu_thread_restores():
     with one_cpu_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+# ------------------------------------------------------------- the lesson's own code agrees with the package
+
+
+LESSON = "notebooks/05_nan_debugging.ipynb"
+
+
+def _lesson_namespace(marker: str) -> dict:
+    """Execute the lesson's code cell that contains ``marker`` (it is self-contained) and return its names."""
+    from notebook_code import ROOT
+
+    from amp_lessons.tools.builder import cell_source, read_notebook
+
+    cells = [cell_source(c) for c in read_notebook(ROOT / LESSON)["cells"] if c["cell_type"] == "code"]
+    (source,) = [s for s in cells if marker in s]
+    namespace = {"__name__": "lesson_05"}
+    exec(compile(source, f"{LESSON}:{marker}", "exec"), namespace)
+    return namespace
+
+
+def _log_of_softmax(logits, targets):
+    return F.nll_loss(torch.log(torch.softmax(logits, dim=-1)), targets)
+
+
+def _fixed_model():
+    model = TinyAttentionClassifier(seed=0)
+    model.scores = FP32ScoreProduct()
+    return model
+
+
+def test_the_lessons_finder_agrees_with_the_package():
+    """The 25 lines of hooks in lesson 05 name the same first non-finite value as ``find_first_nonfinite``."""
+    first_nonfinite = _lesson_namespace("def first_nonfinite(")["first_nonfinite"]
+    x, y, _ = attention_batch(n=64)
+    poisoned = x.clone()
+    poisoned[5, 3, 0] = float("nan")
+    cases = {  # name: (model factory, loss, inputs, loss scale or None, expected)
+        "a float16 overflow in the forward": (lambda: TinyAttentionClassifier(seed=0), F.cross_entropy, x,
+                                              None, ("forward", "scores")),
+        "a NaN in the data": (_fixed_model, F.cross_entropy, poisoned, None, ("input", "inputs")),
+        "log of a flushed probability": (_fixed_model, _log_of_softmax, x, None, ("loss", "loss")),
+        "a scaled gradient that overflows": (_fixed_model, F.cross_entropy, x, 2.0**20,
+                                             ("backward", "head.weight")),
+        "a healthy step": (_fixed_model, F.cross_entropy, x, 2.0**8, None),
+    }
+    for name, (make, loss_fn, inputs, scale, expected) in cases.items():
+        lesson_model = make()
+        mine = first_nonfinite(lesson_model, loss_fn, inputs, y, dtype=torch.float16, loss_scale=scale or 1.0)
+        model, optimizer, scaler = _step_parts(make(), init_scale=scale or 1.0)
+        report = find_first_nonfinite(model, optimizer, scaler if scale else None, loss_fn, inputs, y,
+                                      dtype=torch.float16)
+        theirs = (report.first.stage, report.first.name) if report.found else None
+        assert mine == theirs == expected, name
+        assert hook_count(lesson_model) == 0, name
+
+
+def test_the_lessons_finder_removes_its_hooks_when_the_step_raises():
+    first_nonfinite = _lesson_namespace("def first_nonfinite(")["first_nonfinite"]
+    model = TinyAttentionClassifier(seed=0)
+    x, y, _ = attention_batch(n=4)
+    with pytest.raises(RuntimeError):
+        first_nonfinite(model, lambda logits, targets: logits @ torch.ones(2), x, y, dtype=torch.float16)
+    assert hook_count(model) == 0
+
+
+def test_the_lessons_dtype_log_agrees_with_op_dtype_recorder():
+    """Lesson 05's 12-line TorchFunctionMode logs the same ops and dtypes as ``OpDtypeRecorder``."""
+    dtype_log = _lesson_namespace("class DtypeLog(")["DtypeLog"]
+    x, _, _ = attention_batch(n=8)
+    xt, _ = texture_batch(n=4)
+    models = ((_fixed_model(), x), (TinyAttentionClassifier(seed=0), x), (TextureNet(seed=0), xt))
+    for model, inputs in models:
+        for dtype in (torch.float16, torch.bfloat16):
+            with dtype_log() as log, OpDtypeRecorder("cpu") as ops, torch.no_grad(), \
+                    torch.autocast("cpu", dtype=dtype):
+                model(inputs)
+            assert log.ops == [(c.name, c.output_dtype) for c in ops.calls] and log.ops
+
+
+def test_the_lessons_skip_detector_agrees_with_the_package():
+    """Lesson 05's ``skipped_steps`` finds the steps ``step_was_skipped`` finds, and the counts of
+    ``scale_history_table``."""
+    from amp_lessons.training import train_step
+    from amp_lessons.utils import step_was_skipped
+
+    skipped_steps = _lesson_namespace("def skipped_steps(")["skipped_steps"]
+    x, y, _ = attention_batch(n=16)
+    real = {}
+    for name, model in (("fixed", _fixed_model()), ("broken", TinyAttentionClassifier(seed=0))):
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cpu", growth_interval=5)
+        scales = [scaler.get_scale()]
+        with one_cpu_thread():
+            for _ in range(30):
+                train_step(model, optimizer, scaler, F.cross_entropy, x, y, dtype=torch.float16)
+                scales.append(scaler.get_scale())
+        real[name] = scales
+    synthetic = [[8.0, 4.0, 2.0, 2.0, 4.0, 4.0, 2.0, 2.0], [2.0 ** (4 - i) for i in range(6)] + [0.0, 0.0],
+                 [4.0] * 6]
+    for scales in [*real.values(), *synthetic]:
+        steps = skipped_steps(scales)
+        assert steps == [i for i in range(1, len(scales)) if step_was_skipped(scales[i - 1], scales[i])]
+        table = scale_history_table(scales, window=3)
+        assert list(table["skipped"]) == [sum(start <= s < start + 3 for s in steps)
+                                          for start in range(1, len(scales), 3)]
+    assert skipped_steps(real["broken"]) == list(range(1, 31)) and len(skipped_steps(real["fixed"])) < 10
