@@ -159,6 +159,17 @@ def _check_groups(groups) -> dict:
     return {str(k): flat_values(v) for k, v in groups.items()}
 
 
+def log_uniform(n: int, low: float, high: float, seed: int, signed: bool = True) -> torch.Tensor:
+    """``n`` FP32 magnitudes spread evenly in log2 between 2^low and 2^high (random signs), like gradients."""
+    generator = torch.Generator().manual_seed(seed)
+    exponents = torch.rand(n, generator=generator, dtype=torch.float64) * (high - low) + low
+    values = torch.exp2(exponents)
+    if signed:
+        signs = torch.randint(0, 2, (n,), generator=generator, dtype=torch.float64) * 2 - 1
+        values = values * signs
+    return values.float()
+
+
 # ----------------------------------------------------------------------------- capturing gradients
 
 

@@ -11,11 +11,21 @@ GradScaler that are all real (the numbers are torch's own) but also write down w
   about to use (clipping before ``unscale_`` shows up as a norm ``scale`` times too small).
 
 Each probe records *before* doing the real work, so the record survives an error in the learner's code.
+``CallRecord`` keeps what one call did; ``Seen`` puts the learner's call next to the reference call from the
+same state and offers the facts the checker's rules read (the norm the optimizer used, how much the loss was
+scaled, which parameter differs).
+
+One scenario hands the step data that *says* it lives on a CUDA device (``CudaLabelled``: a CPU tensor whose
+``.device`` and ``.is_cuda`` report CUDA; the model's parameters say the same). The arithmetic still runs on
+the CPU, but a step that takes its device type from the data now asks for CUDA autocast, and one that
+hard-codes ``"cpu"`` switches on CPU autocast: the device a step chooses is observed, not read from its
+source.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -141,7 +151,8 @@ class RecordingSGD(torch.optim.SGD):
         return super().zero_grad(set_to_none=set_to_none)
 
     def step(self, closure=None):
-        self._log.add("optimizer.step", via_scaler=self._log.inside_scaler_step)
+        params = [p for group in self.param_groups for p in group["params"]]
+        self._log.add("optimizer.step", via_scaler=self._log.inside_scaler_step, norm=grad_norm(params))
         return super().step(closure)
 
 
@@ -168,8 +179,8 @@ class RecordingScaler(torch.amp.GradScaler):
     def step(self, optimizer, *args, **kwargs):
         names = self._log.names()
         since_update = names[len(names) - names[::-1].index("update"):] if "update" in names else names
-        unscaled = "unscale_" in since_update
-        scale = float(self._scale) if self._scale is not None else float("nan")
+        unscaled = "unscale_" in since_update or not self.is_enabled()
+        scale = self.current_scale()
         params = self._params(optimizer)
         self._log.add("scaler.step", unscaled=unscaled, norm=grad_norm(params), scale=scale,
                       all_zero=grads_all_zero(params))
@@ -181,6 +192,68 @@ class RecordingScaler(torch.amp.GradScaler):
 
     def update(self, new_scale=None):
         self._log.add("update")
+        return super().update(new_scale)
+
+    def current_scale(self) -> float:
+        """The scale now: 1.0 for a disabled scaler, NaN before the first scale() of an enabled one."""
+        if not self.is_enabled():
+            return 1.0
+        scale = getattr(self, "_scale", None)
+        return float(scale) if scale is not None else float("nan")
+
+
+class CudaLabelled(torch.Tensor):
+    """A CPU tensor that reports a CUDA device (``.device``, ``.is_cuda``, ``.get_device()``); ops on it stay
+    CudaLabelled.
+
+    Only the label is changed: the numbers are computed on the CPU as usual. It lets the checker see which
+    device type a training step *chooses* for autocast when its data is on a GPU, on a machine without one.
+    """
+
+    @property
+    def device(self):
+        return torch.device("cuda")
+
+    @property
+    def is_cuda(self):
+        return True
+
+    def get_device(self):
+        return 0
+
+
+class CudaLabelledParameter(nn.Parameter):
+    """A parameter that reports a CUDA device, so a step may take its device type from the model as well."""
+
+    @property
+    def device(self):
+        return torch.device("cuda")
+
+    @property
+    def is_cuda(self):
+        return True
+
+    def get_device(self):
+        return 0
+
+
+def label_as_cuda(model: nn.Module) -> None:
+    """Replace every parameter of ``model`` by a ``CudaLabelledParameter`` holding the same values."""
+    for module in model.modules():
+        for name, parameter in list(module._parameters.items()):
+            if parameter is not None:
+                module._parameters[name] = CudaLabelledParameter(parameter.detach().clone())
+
+
+class UpdateCountingScaler(torch.amp.GradScaler):
+    """A real GradScaler that counts its update() calls (the scheduler check hands it to the learner)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.updates = 0
+
+    def update(self, new_scale=None):
+        self.updates += 1
         return super().update(new_scale)
 
 
@@ -198,8 +271,10 @@ class CountingStepLR(torch.optim.lr_scheduler.StepLR):
 
 
 # ----------------------------------------------------------------------------------------------- scenarios
-# Four situations a training step must get right; the checker runs the learner's step and the reference step
-# from identical states in each.
+# Six situations a training step must get right; the checker runs the learner's step and the reference step
+# from identical states in each. FP16 comes with an enabled GradScaler; BF16, which has FP32's range and needs
+# no loss scaling, with a disabled one (``GradScaler(enabled=False)``: the same step code, and every scaler
+# call passes straight through), as a training script would create it.
 
 
 @dataclass(frozen=True)
@@ -212,17 +287,23 @@ class Scenario:
     steps: int = 1
     stale_grads: bool = False
     seed: int = 0
+    scaler_enabled: bool = True
+    cuda_labelled: bool = False  # the data and the parameters report a CUDA device (see CudaLabelled)
 
 
 SCENARIOS = (
     Scenario("a normal FP16 step (max_norm=None, old gradients left in .grad)", torch.float16, None, 2.0**10,
              stale_grads=True, seed=1),
-    Scenario("a BF16 step whose unscaled gradient norm is above max_norm=0.05", torch.bfloat16, 0.05,
+    Scenario("an FP16 step whose unscaled gradient norm is above max_norm=0.05", torch.float16, 0.05,
              2.0**10, seed=2),
     Scenario("an FP16 step that overflows (init_scale=2**40, max_norm=1.0)", torch.float16, 1.0, 2.0**40,
              seed=3),
     Scenario("two consecutive FP16 steps (growth_interval=1, max_norm=1.0)", torch.float16, 1.0, 2.0**8,
              growth_interval=1, steps=2, seed=4),
+    Scenario("a BF16 step with a disabled GradScaler (BF16 needs no loss scaling), max_norm=0.05",
+             torch.bfloat16, 0.05, 1.0, seed=2, scaler_enabled=False),
+    Scenario("a BF16 step on data on a CUDA device (inputs.device.type == 'cuda', scaler disabled)",
+             torch.bfloat16, None, 1.0, seed=5, scaler_enabled=False, cuda_labelled=True),
 )
 
 
@@ -233,13 +314,19 @@ class ProbedRun:
         self.scenario = scenario
         self.log = Log()
         self.model = WatchedModel(self.log, seed=scenario.seed)
+        if scenario.cuda_labelled:
+            label_as_cuda(self.model)
         self.optimizer = RecordingSGD(self.model.parameters(), self.log, lr=0.1)
         self.scaler = RecordingScaler(self.log, init_scale=scenario.init_scale,
-                                      growth_interval=scenario.growth_interval)
+                                      growth_interval=scenario.growth_interval,
+                                      enabled=scenario.scaler_enabled)
         self.loss_fn = WatchedLoss(self.log)
         g = torch.Generator().manual_seed(100 + scenario.seed)
         self.batches = [(torch.randn(8, 6, generator=g) * 2, torch.randint(0, 4, (8,), generator=g))
                         for _ in range(scenario.steps)]
+        if scenario.cuda_labelled:
+            self.batches = [(x.as_subclass(CudaLabelled), y.as_subclass(CudaLabelled))
+                            for x, y in self.batches]
         if scenario.stale_grads:
             for p in self.model.parameters():
                 p.grad = torch.randn(p.shape, generator=g)
@@ -248,3 +335,173 @@ class ProbedRun:
         """A fresh record for the next call, shared by every probe of the run."""
         self.log = self.model.log = self.loss_fn.log = self.optimizer._log = self.scaler._log = Log()
         return self.log
+
+
+# ------------------------------------------------------------ what the checker reads: one call, two ways
+
+
+def close(a: float, b: float, rtol: float) -> bool:
+    """Relatively close, both finite (a non-finite number is never close to anything)."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return False
+    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-30)
+
+
+@dataclass
+class CallRecord:
+    """Everything observed during one call of a training step."""
+
+    log: Log
+    returned: object = None
+    problem: object = None  # the checker's LearnerProblem when the call failed
+    warnings: list = field(default_factory=list)
+    new_scalers: int = 0
+    autocast_left_on: bool = False
+    norm_after: float = 0.0
+    scale_before: float = 0.0
+    scale_after: float = float("nan")
+    params_after: list = field(default_factory=list)
+    param_dtypes_after: set = field(default_factory=set)
+
+
+@dataclass
+class Seen:
+    """The facts every rule reads: the learner's call (``got``) next to the reference call (``ref``)."""
+
+    ref: CallRecord
+    got: CallRecord
+    scenario: Scenario
+    step_no: int = 0
+
+    @property
+    def where(self) -> str:
+        more = f", call {self.step_no + 1}" if self.scenario.steps > 1 else ""
+        return f"In {self.scenario.title}{more}"
+
+    @property
+    def log(self) -> Log:
+        return self.got.log
+
+    @property
+    def names(self) -> list:
+        return self.got.log.names()
+
+    @property
+    def error(self) -> str:
+        """The message of the learner's exception (or of its wrong signature), '' when it returned."""
+        return self.got.problem.result.message if self.got.problem is not None else ""
+
+    @property
+    def lower(self) -> str:
+        """The warnings and the error, in lower case: what torch said about the learner's calls."""
+        return (" ".join(self.got.warnings) + " " + self.error).lower()
+
+    def event(self, name: str):
+        return self.got.log.first(name)
+
+    def ref_event(self, name: str):
+        return self.ref.log.first(name)
+
+    @property
+    def max_norm(self):
+        return self.scenario.max_norm
+
+    @property
+    def scaling(self) -> bool:
+        """The scaler of this scenario is enabled (FP16); a disabled one (BF16) passes every call through."""
+        return self.scenario.scaler_enabled
+
+    @property
+    def autocast_expected(self) -> bool:
+        """The reference step's forward pass ran under CPU autocast (not so on data on a CUDA device)."""
+        return bool(self.ref_event("forward")["autocast"])
+
+    @property
+    def low_param_dtypes(self) -> set:
+        """Parameter dtypes other than float32, seen during the forward pass or after the step."""
+        forward = self.event("forward")
+        dtypes = set(self.got.param_dtypes_after) | (forward["param_dtypes"] if forward else set())
+        return {d for d in dtypes if d != torch.float32}
+
+    @property
+    def output_grads_finite(self) -> bool:
+        """Both calls had a backward whose gradient at the model output is finite."""
+        ref_backward, backward = self.ref_event("backward"), self.event("backward")
+        return bool(ref_backward and ref_backward["finite"] and backward and backward["finite"])
+
+    @property
+    def output_grad_ratio(self) -> float:
+        """The gradient at the model output over the unscaled one: how much the loss was really scaled."""
+        unscaled = self.ref_event("backward")["grad_absmax"] / self.got.scale_before
+        return self.event("backward")["grad_absmax"] / unscaled
+
+    @property
+    def scaler_step(self) -> dict:
+        return self.event("scaler.step")
+
+    @property
+    def scale_used(self) -> float:
+        """The loss scale of this step: the one scaler.step saw, else the one the step started with."""
+        return self.scaler_step["scale"] if self.scaler_step else self.got.scale_before
+
+    @property
+    def norm_used(self) -> float:
+        """The gradient norm the learner's optimizer used (scaler.step unscales when the learner has not)."""
+        return _norm_used(self.got.log)
+
+    @property
+    def norm_expected(self) -> float:
+        return _norm_used(self.ref.log)
+
+    @property
+    def norm_finite(self) -> bool:
+        """An overflowing step is judged by what happened to the parameters and the scale, not by its norm."""
+        return math.isfinite(self.norm_expected) and math.isfinite(self.norm_used)
+
+    @property
+    def clipped_wrong(self) -> bool:
+        return self.norm_finite and not close(self.norm_used, self.norm_expected, 0.02)
+
+    @property
+    def clipped_scaled(self) -> bool:
+        """The optimizer's norm is max_norm / scale: clip_grad_norm_ saw the still-scaled gradients."""
+        if self.max_norm is None:
+            return False
+        return close(self.norm_used, self.max_norm / self.scale_used, 0.05)
+
+    @property
+    def unclipped_norm(self) -> float:
+        """The true (unscaled) gradient norm before clipping, from the reference step."""
+        ref_unscale = self.ref_event("unscale_")
+        if not ref_unscale:
+            return float("nan")
+        return ref_unscale["norm_before"] / self.ref_event("scaler.step")["scale"]
+
+    @property
+    def first_param_difference(self):
+        """(reference, learner's) parameter for the first parameter the two steps left different; or None."""
+        for p_ref, p_got in zip(self.ref.params_after, self.got.params_after):
+            if p_ref.shape != p_got.shape or not torch.allclose(p_ref, p_got, rtol=1e-3, atol=1e-5,
+                                                                equal_nan=True):
+                return p_ref, p_got
+        return None
+
+    @property
+    def returned_number(self) -> float | None:
+        """The learner's return value as a float, None when it is not one number."""
+        value = self.got.returned
+        if isinstance(value, torch.Tensor):
+            return float(value.detach().float()) if value.numel() == 1 else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        return None
+
+
+def _norm_used(log: Log) -> float:
+    """The gradient norm the optimizer used: the norm at its first step(), else (a skipped step) the one
+    scaler.step() saw, unscaled as step() would have unscaled it."""
+    step = log.first("optimizer.step")
+    if step is not None:
+        return step["norm"]
+    step = log.first("scaler.step")
+    return step["norm"] if step["unscaled"] else step["norm"] / step["scale"]

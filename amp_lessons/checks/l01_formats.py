@@ -68,26 +68,38 @@ def same_float(a: float, b: float) -> bool:
 # --------------------------------------------------------------------------------------------------
 
 def model_round(x: float, exponent_bits: int, mantissa_bits: int, *, rounding: str = "even",
-                subnormals: str = "keep", overflow: str = "inf", keep_sign: bool = True) -> float:
+                subnormals: str = "keep", overflow: str = "inf", keep_sign: bool = True,
+                bias: int | None = None, exponent_of: str = "floor", emin_shift: int = 0,
+                largest: float | None = None) -> float:
     """Store ``x`` in a format with the given widths, optionally the way a known wrong answer does it.
 
     rounding: ``even`` (IEEE), ``away`` (ties away from zero) or ``trunc`` (chop the extra bits);
     subnormals: ``keep`` (IEEE), ``flush`` (below the smallest normal -> 0) or ``unbounded`` (never clamp the
-    exponent, i.e. full precision all the way down); overflow: ``inf`` (IEEE), ``saturate`` (clamp at max) or
-    ``before_rounding`` (``|x| > max`` -> inf without rounding first); keep_sign=False drops the sign.
+    exponent, i.e. full precision all the way down); overflow: ``inf`` (IEEE), ``saturate`` (clamp at max),
+    ``before_rounding`` (``|x| > max`` -> inf without rounding first) or ``at_max`` (a value that rounds to
+    max itself -> inf); keep_sign=False drops the sign. The layout itself can be wrong too: ``bias``
+    (instead of 2^(exponent_bits - 1) - 1), ``largest`` (instead of the format's max), ``emin_shift``
+    (subnormals clamped at another exponent) and ``exponent_of``: the exponent of |x| taken as ``floor``
+    (IEEE: the leading bit), ``ceil`` (ceil(log2|x|)), ``plus_one`` (frexp's exponent without the -1) or
+    ``minus_one``.
     """
     if math.isnan(x):
         return math.nan
     negative = keep_sign and math.copysign(1.0, x) < 0
     magnitude = abs(x)
-    bias = 2 ** (exponent_bits - 1) - 1
-    emin, largest = 1 - bias, math.ldexp(2.0 - 2.0**-mantissa_bits, bias)
+    bias = 2 ** (exponent_bits - 1) - 1 if bias is None else bias
+    emin = 1 - bias + emin_shift
+    largest = math.ldexp(2.0 - 2.0**-mantissa_bits, bias) if largest is None else largest
     if math.isinf(magnitude) or (overflow == "before_rounding" and magnitude > largest):
         value = math.inf
     elif magnitude == 0.0:
         value = 0.0
     else:
         exponent = math.frexp(magnitude)[1] - 1
+        if exponent_of == "ceil":
+            exponent = math.ceil(math.log2(magnitude))
+        elif exponent_of in ("plus_one", "minus_one"):
+            exponent += 1 if exponent_of == "plus_one" else -1
         if subnormals != "unbounded":
             exponent = max(exponent, emin)
         scaled = math.ldexp(magnitude, mantissa_bits - exponent)
@@ -100,7 +112,7 @@ def model_round(x: float, exponent_bits: int, mantissa_bits: int, *, rounding: s
         value = math.ldexp(q, exponent - mantissa_bits)
         if subnormals == "flush" and value < math.ldexp(1.0, emin):
             value = 0.0
-        if value > largest:
+        if value > largest or (overflow == "at_max" and value >= largest):
             value = largest if overflow == "saturate" else math.inf
     return -value if negative else value
 
@@ -159,6 +171,7 @@ def stored_value_mistakes(fmt: FloatFormat) -> tuple[Mistake, ...]:
                 f"{fmt.overflow_threshold:.6g} (max + half a step) round DOWN to max; only |x| >= "
                 f"{fmt.overflow_threshold:.6g} overflows. Round first, then check for overflow."),
     ]
+    mistakes += _layout_mistakes(fmt, model)
     if fmt is BFLOAT16:
         mistakes += [
             Mistake("float16 for bfloat16", model(e=5, m=10),
@@ -183,6 +196,54 @@ def stored_value_mistakes(fmt: FloatFormat) -> tuple[Mistake, ...]:
                 f"({m + 1} significant bits), so the spacing above 1 is 2^-{m}."),
     ]
     return tuple(mistakes)
+
+
+def _layout_mistakes(fmt: FloatFormat, model) -> list[Mistake]:
+    """Mistakes in the layout arithmetic: the exponent of |x|, the bias, the subnormal exponent, the maximum.
+
+    Each one changes the grid or the range by a factor of two, so without its own rule it would look like
+    "one mantissa bit too many or too few"; with one, the message names the line that is wrong.
+    """
+    e, m, bias, name = fmt.exponent_bits, fmt.mantissa_bits, fmt.bias, fmt.name
+    wrong_biases = sorted({bias - 1, bias + 1, 2**e - 1, 2**e} - {bias})
+    power_above = 2.0 ** (bias + 1)
+
+    def other_bias(x, expected, got):
+        return any(same_float(got, model_round(x, e, m, bias=b)) for b in wrong_biases)
+
+    return [
+        Mistake("max at the next power of two", model(largest=power_above), (
+            f"You let values up to 2^{bias + 1} = {power_above:g} stay finite, but {name}'s largest "
+            f"finite number is {fmt.max:.6g} = (2 - 2^-{m}) * 2^{bias}: the largest mantissa is all ones, "
+            f"not 2.0. A value that rounds beyond {fmt.max:.6g} (every |x| >= "
+            f"{fmt.overflow_threshold:.6g}) overflows to inf.")),
+        Mistake("no overflow", model(largest=math.inf), (
+            f"Nothing ever overflows in your answer: values beyond max come back finite, but {name} "
+            f"cannot hold them. After rounding, a magnitude above max ({fmt.max:.6g}) is stored as inf: "
+            "`if magnitude > largest: magnitude = math.inf`.")),
+        Mistake("max itself overflows", model(overflow="at_max"), (
+            f"You sent values that round to exactly max ({fmt.max:.6g}) to inf, but max itself is "
+            "finite: only a value that rounds *beyond* max overflows. Compare with `>`, not `>=`.")),
+        Mistake("exponent one too high", model(exponent_of="plus_one"), (
+            f"Your exponent of |x| is one too high, so you rounded to a grid twice as coarse as {name}'s "
+            "(and overflow and subnormals start one power of two off). The exponent is the position of "
+            "the leading bit, `math.frexp(abs(x))[1] - 1` (frexp's mantissa lies in [0.5, 1), hence the "
+            "-1) or floor(log2|x|); ceil(log2|x|) is one too high for every value that is not a power of "
+            "two.")),
+        Mistake("exponent one too low", model(exponent_of="minus_one"), (
+            f"Your exponent of |x| is one too low, so you rounded to a grid twice as fine as {name}'s "
+            f"(one bit more than its {m} fraction bits). The exponent is the position of the leading "
+            "bit: `math.frexp(abs(x))[1] - 1`, or floor(log2|x|).")),
+        Mistake("subnormal exponent", lambda x, expected, got: any(
+            same_float(got, model_round(x, e, m, emin_shift=d)) for d in (-1, 1)), (
+            f"Subnormals share the smallest normal's exponent, 1 - bias = {fmt.emin}: the exponent field "
+            f"0 means 2^{fmt.emin} with a leading 0, so the subnormal spacing is 2^{fmt.emin - m}. Clamp "
+            f"the exponent with max(exponent, {fmt.emin}), not one power of two off.")),
+        Mistake("bias", other_bias, (
+            f"Your exponent bias is wrong: {name} has {e} exponent bits, so bias = 2^({e} - 1) - 1 = "
+            f"{bias}. The bias sets the range: the smallest normal is 2^(1 - bias) = 2^{fmt.emin} and the "
+            f"largest value (2 - 2^-{m}) * 2^bias = {fmt.max:.6g}; another bias moves both.")),
+    ]
 
 
 def _to_float(got, call: str) -> float:

@@ -25,19 +25,9 @@ from amp_lessons.checks.harness import (
 from amp_lessons.checks.mistakes import Mistake, best_mistake
 from amp_lessons.environment import dtype_name
 from amp_lessons.scaling import classify, flat_values, limits
+from amp_lessons.scaling import log_uniform as _log_uniform
 
 F16, BF16 = torch.float16, torch.bfloat16
-
-
-def _log_uniform(n: int, low: float, high: float, seed: int, signed: bool = True) -> torch.Tensor:
-    """``n`` magnitudes spread evenly in log2 between 2^low and 2^high (random signs), like gradients."""
-    generator = torch.Generator().manual_seed(seed)
-    exponents = torch.rand(n, generator=generator, dtype=torch.float64) * (high - low) + low
-    values = torch.exp2(exponents)
-    if signed:
-        signs = torch.randint(0, 2, (n,), generator=generator, dtype=torch.float64) * 2 - 1
-        values = values * signs
-    return values.float()
 
 
 def _call(fn, case: str, *args):
@@ -79,6 +69,7 @@ def _matches(a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, tuple):
+        return all(_same(float(x), float(y)) for x, y in zip(a, b))
         return all(_same(float(x), float(y)) for x, y in zip(a, b))
     return _same(float(a), float(b))
 
@@ -211,6 +202,22 @@ def _nonfinite_kept(g, dtype, scale):
     return _ratio(c == 0, g.numel()), _ratio(torch.isinf(c) | torch.isnan(c), g.numel())
 
 
+def _one_threshold(g, dtype, scale, under=None, over=None):
+    """The cast judges each end, except one that ``under``/``over`` (``(g * scale, dtype) -> mask``) judge."""
+    g = _finite_nonzero(g)
+    s = g * scale
+    c = s.to(dtype)
+    under_mask = c == 0 if under is None else under(s, dtype)
+    over_mask = torch.isinf(c) if over is None else over(s, dtype)
+    return _ratio(under_mask, g.numel()), _ratio(over_mask, g.numel())
+
+
+def _zeros_in_denominator(g, dtype, scale):
+    finite = g[torch.isfinite(g)]
+    c = (finite[finite != 0] * scale).to(dtype)
+    return _ratio(c == 0, finite.numel()), _ratio(torch.isinf(c), finite.numel())
+
+
 def _power_of_two_above_max(fmt):
     return 2.0 ** math.ceil(math.log2(fmt.max))
 
@@ -247,6 +254,23 @@ FRACTION_MISTAKES = (
             f"You compared |g * scale| with {_TINY} and with 65504 instead of casting. Casting rounds to "
             "nearest: values above 2^-25 round *up* to 2^-24 and survive, and values below 65520 round "
             "*down* to 65504 and stay finite. Cast and test the result (`== 0`, `isinf`)."),
+    Mistake("eps", replays(lambda g, d, s: _one_threshold(
+        g, d, s, under=lambda v, dtype: v.abs() < torch.finfo(dtype).eps)),
+            "You compared with torch.finfo(dtype).eps, which measures *precision* (the gap between 1.0 and "
+            "the next number: 2^-10 in float16), not *range*: values far below eps, down to the smallest "
+            f"subnormal 2^-24, are stored fine. Underflow means the cast gives exactly 0: below {_TINY} "
+            "after rounding. Cast and test `== 0`."),
+    Mistake("overflow by comparing with max", replays(lambda g, d, s: _one_threshold(
+        g, d, s, over=lambda v, dtype: v.abs() > limits(dtype).max)),
+            "Your underflow is right, but you tested overflow with |g * scale| > finfo.max (65504 in "
+            "float16). Casting rounds to nearest: values below 65520 round *down* to 65504 and stay finite. "
+            "Test the cast the same way you did for underflow: `torch.isinf((g * scale).to(dtype))`."),
+    Mistake("underflow by comparing with the smallest subnormal",
+            replays(lambda g, d, s: _one_threshold(
+                g, d, s, under=lambda v, dtype: v.abs() < limits(dtype).smallest_subnormal)),
+            f"Your overflow is right, but you tested underflow with |g * scale| < {_TINY}. Casting rounds to "
+            "nearest: values above 2^-25 round *up* to 2^-24 and survive. Test the cast the same way you did "
+            "for overflow: `(g * scale).to(dtype) == 0`."),
     Mistake("2^-23", replays(lambda g, d, s: _shifted(g, d, s, under_factor=2.0)),
             f"Off by one in the exponent: you treated everything below 2^-23 as underflow, but {_TINY} "
             "itself is representable (and values above 2^-25 round up to it). Cast and test `== 0` instead."),
@@ -265,6 +289,10 @@ FRACTION_MISTAKES = (
     Mistake("zeros counted", replays(_zeros_counted),
             "You counted values that were already 0 in FP32 as underflow. Underflow means nonzero *before* "
             "the cast and zero after: leave zeros (and inf/NaN) out of both counts and the denominator."),
+    Mistake("zeros in the denominator", replays(_zeros_in_denominator),
+            "You counted right, but divided by the number of finite values, zeros included. The fractions "
+            "are of the nonzero finite values: a value that was already 0 in FP32 lost nothing to the cast, "
+            "so it belongs in neither the counts nor the denominator."),
     Mistake("zeros counted finite", replays(_zeros_counted_finite),
             "You counted values that were already 0 in FP32 as underflow (and in the denominator). "
             "Keep only nonzero, finite values: `g = g[torch.isfinite(g) & (g != 0)]`."),
@@ -430,6 +458,21 @@ def _scale_signed_max(grads, dtype, max_exponent):
     return _oracle_scale([torch.tensor([top])], dtype, max_exponent)
 
 
+def _scale_cast_first(grads, dtype, max_exponent):
+    """The largest gradient cast to ``dtype`` first, then scaled there (the learner's loop, bounded)."""
+    values = flat_values(grads)
+    if not bool(torch.isfinite(values).all()):
+        return None
+    amax = values.abs().max() if values.numel() else torch.tensor(0.0)
+    if float(amax) == 0.0:
+        return 2.0**max_exponent
+    low = amax.to(dtype)
+    for k in range(max_exponent, -160, -1):
+        if not bool(torch.isinf(low * 2.0**k)):
+            return 2.0**k
+    return None
+
+
 def _scale_at_least_one(grads, dtype, max_exponent):
     answer = _oracle_scale(grads, dtype, max_exponent)
     return None if answer is None else max(answer, 1.0)
@@ -462,6 +505,11 @@ SCALE_MISTAKES = (
     Mistake("no cap", replays(lambda g, d, m: _oracle_scale(g, d, 200)),
             "Your scale is larger than 2**max_exponent: the cap is part of the answer (it is also "
             "what keeps a scaler from growing forever on tiny gradients)."),
+    Mistake("cast first", replays(_scale_cast_first),
+            "You cast the largest gradient to the low-precision dtype before scaling it (`amax.to(dtype) * "
+            "2**k`): the cast rounds it first, so near the top of the range you test a different number (and "
+            "one above the format's max is inf before any scale is tried). Loss scaling multiplies in FP32 "
+            "and casts once: test `(amax * 2.0**k).to(dtype)`."),
     Mistake("at least one", replays(_scale_at_least_one),
             "You never return a scale below 1, but gradients above the format's max (here 1e6 > 65504) "
             "already overflow at scale 1: the largest safe scale is then a negative power of two."),
@@ -483,9 +531,11 @@ def _check_scale_value(got, case):
              "power of two (return None only for inf/NaN gradients).")
     mantissa, _ = math.frexp(value)
     if mantissa != 0.5:
+        exponent_hint = (f" (Is {value:g} the exponent k itself? Return the scale, 2.0**k.)"
+                         if value.is_integer() and abs(value) <= 200 else "")
         stop(f"`largest_safe_scale` returned {value:g} on {case}, which is not a power of two. "
              "Return 2.0**k: multiplying by a power of two only shifts the exponent, so it never adds "
-             "rounding error itself.")
+             "rounding error itself." + exponent_hint)
     return value
 
 

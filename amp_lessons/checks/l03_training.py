@@ -1,13 +1,18 @@
 """Lesson 03's checkers: the AMP training step, and stepping a scheduler only after real updates.
 
 ``check_train_step`` is behavioural *and* diagnostic. It runs the learner's step and the reference step
-(``amp_lessons.training.train_step``) from identical states in four scenarios, on the CPU with a tiny model:
+(``amp_lessons.training.train_step``) from identical states in six scenarios, on the CPU with a tiny model:
 
 1. a normal FP16 step, ``max_norm=None``, with stale gradients left in ``.grad`` by a previous iteration;
-2. a BF16 step whose unscaled gradient norm is well above ``max_norm``;
+2. an FP16 step whose unscaled gradient norm is well above ``max_norm``;
 3. an FP16 step whose scaled gradients overflow (``init_scale=2**40``): it must be skipped, the scale backed
    off and the parameters left untouched;
-4. two consecutive FP16 steps with ``growth_interval=1`` (the scale must grow in between).
+4. two consecutive FP16 steps with ``growth_interval=1`` (the scale must grow in between);
+5. a BF16 step with a *disabled* GradScaler (BF16 needs no loss scaling; the same code runs);
+6. a step on data that reports a CUDA device: the device type the step chooses for autocast is observed.
+
+Everything is judged by what the step does, never by its source text: a correct step written differently
+from the reference passes.
 
 While the learner's code runs, everything it touches records what happens (``amp_lessons.step_probes``):
 autocast on or off in forward, loss and backward, the dtypes, the calls to the scaler and the optimizer in
@@ -18,12 +23,7 @@ recognises the call names the mistake) turn them into a message: observed, not g
 
 from __future__ import annotations
 
-import ast
-import inspect
-import math
-import textwrap
 import warnings
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -35,40 +35,18 @@ from amp_lessons.environment import dtype_name, one_cpu_thread
 from amp_lessons.step_probes import (
     DEVICE_TYPE,
     SCENARIOS,
+    CallRecord,
     CountingStepLR,
-    Log,
     ProbedRun,
-    Scenario,
+    Seen,
+    UpdateCountingScaler,
+    close,
     grad_norm,
 )
 from amp_lessons.training import train_step as reference_train_step
 from amp_lessons.utils import scale_text
 
-
-def _close(a: float, b: float, rtol: float) -> bool:
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return False
-    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-30)
-
-
 # ------------------------------------------------------------------------------------- one recorded call
-
-
-@dataclass
-class CallRecord:
-    """Everything observed during one call of a training step."""
-
-    log: Log
-    returned: object = None
-    problem: LearnerProblem | None = None
-    warnings: list = field(default_factory=list)
-    new_scalers: int = 0
-    autocast_left_on: bool = False
-    norm_after: float = 0.0
-    scale_before: float = 0.0
-    scale_after: float = float("nan")
-    params_after: list = field(default_factory=list)
-    param_dtypes_after: set = field(default_factory=set)
 
 
 def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
@@ -104,139 +82,21 @@ def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
     record.norm_after = grad_norm(params)
     record.params_after = [p.detach().clone() for p in params]
     record.param_dtypes_after = {p.dtype for p in params}
-    record.scale_after = run.scaler.get_scale() if run.scaler._scale is not None else float("nan")
+    record.scale_after = run.scaler.current_scale()
     return record
 
 
 # ------------------------------------------------------------------------------------------- diagnosis
 
 
-@dataclass
-class Seen:
-    """The facts every rule reads: the learner's call (``got``) next to the reference call (``ref``)."""
-
-    ref: CallRecord
-    got: CallRecord
-    scenario: Scenario
-    step_no: int = 0
-
-    @property
-    def where(self) -> str:
-        more = f", call {self.step_no + 1}" if self.scenario.steps > 1 else ""
-        return f"In {self.scenario.title}{more}"
-
-    @property
-    def log(self) -> Log:
-        return self.got.log
-
-    @property
-    def names(self) -> list:
-        return self.got.log.names()
-
-    @property
-    def error(self) -> str:
-        """The message of the learner's exception (or of its wrong signature), '' when it returned."""
-        return self.got.problem.result.message if self.got.problem is not None else ""
-
-    @property
-    def lower(self) -> str:
-        """The warnings and the error, in lower case: what torch said about the learner's calls."""
-        return (" ".join(self.got.warnings) + " " + self.error).lower()
-
-    def event(self, name: str):
-        return self.got.log.first(name)
-
-    def ref_event(self, name: str):
-        return self.ref.log.first(name)
-
-    @property
-    def max_norm(self):
-        return self.scenario.max_norm
-
-    @property
-    def low_param_dtypes(self) -> set:
-        """Parameter dtypes other than float32, seen during the forward pass or after the step."""
-        forward = self.event("forward")
-        dtypes = set(self.got.param_dtypes_after) | (forward["param_dtypes"] if forward else set())
-        return {d for d in dtypes if d != torch.float32}
-
-    @property
-    def output_grads_finite(self) -> bool:
-        """Both calls had a backward whose gradient at the model output is finite."""
-        ref_backward, backward = self.ref_event("backward"), self.event("backward")
-        return bool(ref_backward and ref_backward["finite"] and backward and backward["finite"])
-
-    @property
-    def output_grad_ratio(self) -> float:
-        """The gradient at the model output over the unscaled one: how much the loss was really scaled."""
-        unscaled = self.ref_event("backward")["grad_absmax"] / self.got.scale_before
-        return self.event("backward")["grad_absmax"] / unscaled
-
-    @property
-    def scaler_step(self) -> dict:
-        return self.event("scaler.step")
-
-    @property
-    def norm_used(self) -> float:
-        """The gradient norm the learner's optimizer used (scaler.step unscales when the learner has not)."""
-        return _norm_used(self.scaler_step)
-
-    @property
-    def norm_expected(self) -> float:
-        return _norm_used(self.ref_event("scaler.step"))
-
-    @property
-    def norm_finite(self) -> bool:
-        """An overflowing step is judged by what happened to the parameters and the scale, not by its norm."""
-        return math.isfinite(self.norm_expected) and math.isfinite(self.norm_used)
-
-    @property
-    def clipped_wrong(self) -> bool:
-        return self.norm_finite and not _close(self.norm_used, self.norm_expected, 0.02)
-
-    @property
-    def clipped_scaled(self) -> bool:
-        """The optimizer's norm is max_norm / scale: clip_grad_norm_ saw the still-scaled gradients."""
-        if self.max_norm is None:
-            return False
-        return _close(self.norm_used, self.max_norm / self.scaler_step["scale"], 0.05)
-
-    @property
-    def unclipped_norm(self) -> float:
-        """The true (unscaled) gradient norm before clipping, from the reference step."""
-        ref_unscale = self.ref_event("unscale_")
-        if not ref_unscale:
-            return float("nan")
-        return ref_unscale["norm_before"] / self.ref_event("scaler.step")["scale"]
-
-    @property
-    def first_param_difference(self):
-        """(reference, learner's) parameter for the first parameter the two steps left different; or None."""
-        for p_ref, p_got in zip(self.ref.params_after, self.got.params_after):
-            if p_ref.shape != p_got.shape or not torch.allclose(p_ref, p_got, rtol=1e-3, atol=1e-5,
-                                                                equal_nan=True):
-                return p_ref, p_got
-        return None
-
-    @property
-    def returned_number(self) -> float | None:
-        """The learner's return value as a float, None when it is not one number."""
-        value = self.got.returned
-        if isinstance(value, torch.Tensor):
-            return float(value.detach().float()) if value.numel() == 1 else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        return None
-
-
-def _norm_used(step: dict) -> float:
-    """The gradient norm the optimizer uses in a ``scaler.step`` event: step() unscales first when needed."""
-    return step["norm"] if step["unscaled"] else step["norm"] / step["scale"]
-
-
 def _error_or(text: str):
     """The learner's error when there was one (it explains the missing call), else ``text``."""
     return lambda s: f"{s.where}: {s.error}" if s.error else f"{s.where}: {text}"
+
+
+def _torch_said(error: str) -> str:
+    """The exception in a learner-error message, without the checker's prefix and the code location."""
+    return error.split(" raised an error: ", 1)[-1].split(" (at line ", 1)[0]
 
 
 def _is_cuda_autocast(s: Seen) -> bool:
@@ -282,22 +142,31 @@ CALL_RULES = (
     Mistake("low-precision parameters", lambda s: bool(s.low_param_dtypes), lambda s: (
         f"{s.where}: the model's parameters became "
         f"{', '.join(sorted(dtype_name(d) for d in s.low_param_dtypes))} — did you call .half() / .to(dtype) "
-        "on the model? Keep FP32 master weights: autocast casts a copy per op, the optimizer updates the "
-        "FP32 weights (small updates survive), and GradScaler refuses FP16 gradients ('Attempting to unscale "
-        "FP16 gradients.').")),
+        "on the model? Keep the parameters in FP32: autocast casts a low-precision copy for each op that "
+        "wants one, the optimizer updates the FP32 parameters (small updates survive), and GradScaler "
+        "refuses FP16 gradients ('Attempting to unscale FP16 gradients.').")),
     Mistake("model never called", lambda s: s.event("forward") is None,
             _error_or("the model was never called. Compute `outputs = model(inputs)` inside autocast.")),
-    Mistake("autocast for CUDA on CPU tensors",
-            lambda s: not s.event("forward")["autocast"] and _is_cuda_autocast(s), _cuda_autocast_message),
-    Mistake("forward outside autocast", lambda s: not s.event("forward")["autocast"], lambda s: (
+    Mistake("CPU autocast on CUDA data", lambda s: s.event("forward")["autocast"] and not s.autocast_expected,
+            lambda s: (
+        f"{s.where}: the data is on a CUDA device, but your step switched on autocast for the CPU. On a GPU "
+        "that autocast does nothing for the model's ops, so the whole step would run in FP32. Take the "
+        "device type from the data: `torch.autocast(device_type=inputs.device.type, dtype=dtype)`.")),
+    Mistake("autocast for CUDA on CPU tensors", lambda s: (
+        s.autocast_expected and not s.event("forward")["autocast"] and _is_cuda_autocast(s)),
+        _cuda_autocast_message),
+    Mistake("forward outside autocast", lambda s: s.autocast_expected and not s.event("forward")["autocast"],
+            lambda s: (
         f"{s.where}: the forward pass did not run under autocast (the model ran in FP32). Wrap the forward "
         "pass and the loss in `with torch.autocast(device_type=inputs.device.type, dtype=dtype):`.")),
-    Mistake("autocast dtype ignored", lambda s: s.event("forward")["dtype"] != s.scenario.dtype, lambda s: (
+    Mistake("autocast dtype ignored", lambda s: (
+        s.event("forward")["autocast"] and s.event("forward")["dtype"] != s.scenario.dtype), lambda s: (
         f"{s.where}: autocast ran in {dtype_name(s.event('forward')['dtype'])}, but train_step was called "
         f"with dtype={dtype_name(s.scenario.dtype)}. Pass it on: `torch.autocast(..., dtype=dtype)`.")),
     Mistake("loss never computed", lambda s: s.event("loss") is None, _error_or(
         "loss_fn was never called. Compute `loss = loss_fn(outputs, targets)` inside autocast.")),
-    Mistake("loss outside autocast", lambda s: not s.event("loss")["autocast"], lambda s: (
+    Mistake("loss outside autocast", lambda s: s.autocast_expected and not s.event("loss")["autocast"],
+            lambda s: (
         f"{s.where}: the loss was computed outside autocast. Put `loss = loss_fn(outputs, targets)` inside "
         "the same `with torch.autocast(...)` block as the forward pass: the policy decides the loss's "
         "precision too (on CUDA, cross_entropy and mse_loss are on its float32 list); outside it the loss "
@@ -310,15 +179,26 @@ CALL_RULES = (
         "backward ops are dispatched through autocast again, so a region you kept in FP32 with "
         "`torch.autocast(..., enabled=False)` gets low-precision gradients. Move "
         "`scaler.scale(loss).backward()` below the `with` block.")),
-    Mistake("backward on the unscaled loss", lambda s: s.event("scale") is None or (
-        s.output_grads_finite and _close(s.event("backward")["grad_absmax"],
-                                         s.ref_event("backward")["grad_absmax"] / s.got.scale_before, 0.05)),
+    Mistake("loss scaled by hand", lambda s: (
+        s.scaling and s.event("scale") is None and s.output_grads_finite
+        and close(s.event("backward")["grad_absmax"], s.ref_event("backward")["grad_absmax"], 0.05)),
+        lambda s: (
+        f"{s.where}: you scaled the loss by hand (e.g. `(loss * scaler.get_scale()).backward()`) instead of "
+        "calling `scaler.scale(loss)`. The gradients come out scaled by the same factor, but scaler.scale() "
+        "also sets up the scaler's state for this step (its scale tensor, on the loss's device), which "
+        "unscale_, step and update rely on"
+        + (f" (here torch stopped it: {_torch_said(s.error)})" if s.error else "")
+        + ", and get_scale() makes the CPU wait for the GPU at every step. Use "
+        "`scaler.scale(loss).backward()`.")),
+    Mistake("backward on the unscaled loss", lambda s: s.scaling and (s.event("scale") is None or (
+        s.output_grads_finite and close(s.event("backward")["grad_absmax"],
+                                         s.ref_event("backward")["grad_absmax"] / s.got.scale_before, 0.05))),
         lambda s: (
         f"{s.where}: backward ran on the unscaled loss (`loss.backward()`). Scale it first: "
         "`scaler.scale(loss).backward()`. Otherwise small FP16 gradients still underflow, and "
         "scaler.step() divides the gradients by the scale anyway, so every update is "
         f"{scale_text(s.got.scale_before)} times too small.")),
-    Mistake("loss scaled by something else", lambda s: s.output_grads_finite and not _close(
+    Mistake("loss scaled by something else", lambda s: s.output_grads_finite and not close(
         s.event("backward")["grad_absmax"], s.ref_event("backward")["grad_absmax"], 0.05), lambda s: (
         f"{s.where}: the gradient reaching the model output was {s.output_grad_ratio:.4g} times the "
         "unscaled one; with `scaler.scale(loss).backward()` it is exactly the scale, "
@@ -329,22 +209,22 @@ CALL_RULES = (
         f"{s.where}: you called zero_grad() after backward: it erased this step's gradients before the "
         "optimizer used them. Zero the gradients at the start of the step, before the forward pass.")),
     Mistake("stale gradients", lambda s: s.event("backward")["stale"], _stale_message),
-    Mistake("optimizer.step() called directly",
-            lambda s: any(e["name"] == "optimizer.step" and not e["via_scaler"] for e in s.log.events),
-            lambda s: (
+    Mistake("optimizer.step() called directly", lambda s: (
+        any(e["name"] == "optimizer.step" and not e["via_scaler"] for e in s.log.events)
+        and (s.scaling or s.log.count("optimizer.step") > 1)), lambda s: (
         f"{s.where}: you called optimizer.step() directly"
         + (" as well as scaler.step(optimizer) (so it stepped twice)" if "scaler.step" in s.names else "")
         + ". Use `scaler.step(optimizer)` only: it unscales the gradients if you have not, and skips the "
         "update when they contain inf/NaN; optimizer.step() applies scaled or non-finite gradients to the "
         "weights.")),
-    Mistake("unscale_ twice", lambda s: s.log.count("unscale_") > 1, lambda s: (
+    Mistake("unscale_ twice", lambda s: s.scaling and s.log.count("unscale_") > 1, lambda s: (
         f"{s.where}: scaler.unscale_(optimizer) was called twice in one step (torch raises 'unscale_() has "
         "already been called on this optimizer since the last update()'). Call it once, after backward "
         "and before clipping.")),
-    Mistake("unscale_ after step", lambda s: _order(s, "unscale_", "scaler.step"), lambda s: (
+    Mistake("unscale_ after step", lambda s: s.scaling and _order(s, "unscale_", "scaler.step"), lambda s: (
         f"{s.where}: scaler.unscale_() came after scaler.step(). step() has already unscaled and applied the "
         "gradients; unscale_ belongs between backward and clipping.")),
-    Mistake("update before step", lambda s: "update" in s.names and (
+    Mistake("update before step", lambda s: s.scaling and "update" in s.names and (
         "scaler.step" not in s.names or _order(s, "scaler.step", "update")), lambda s: (
         f"{s.where}: scaler.update() ran before scaler.step(optimizer). update() reads the inf checks of "
         "this step's step() and then resets them, so it must come last: "
@@ -353,18 +233,24 @@ CALL_RULES = (
             and "non-finite" in s.lower and "clip" in s.lower, lambda s: (
         f"{s.where}: {s.error}. With a GradScaler, inf/NaN gradients are expected now and then (an "
         "overflow that scaler.step skips): do not make clipping raise on them (error_if_nonfinite=False).")),
-    Mistake("no scaler.step", lambda s: "scaler.step" not in s.names,
+    Mistake("no scaler.step", lambda s: "scaler.step" not in s.names and (
+        s.scaling or "optimizer.step" not in s.names),
             _error_or("the optimizer never stepped. Call `scaler.step(optimizer)` after clipping.")),
     Mistake("gradients zeroed before the step",
             lambda s: s.scaler_step["all_zero"] and not s.ref_event("scaler.step")["all_zero"], lambda s: (
         f"{s.where}: all gradients were zero when scaler.step() ran: did you call zero_grad() after "
         "backward? It erases the gradients before the optimizer uses them; zero them at the start of the "
         "step.")),
-    Mistake("no update", lambda s: "update" not in s.names, lambda s: (
+    Mistake("scaler.step twice", lambda s: s.scaling and s.log.count("scaler.step") > 1, lambda s: (
+        f"{s.where}: you called scaler.step(optimizer) twice in one step. A step is one "
+        "scaler.step(optimizer) and then one scaler.update(); torch refuses a second step() before update() "
+        "('step() has already been called since the last update()'), and without update() the scale never "
+        "adapts.")),
+    Mistake("no update", lambda s: s.scaling and "update" not in s.names, lambda s: (
         f"{s.where}: scaler.update() was never called. Without it the scale never adapts (no backoff after "
         "an overflow, no growth), and the next scaler.step() fails with 'step() has already been called "
         "since the last update()'. End the step with `scaler.update()`.")),
-    Mistake("update more than once", lambda s: s.log.count("update") > 1, lambda s: (
+    Mistake("update more than once", lambda s: s.scaling and s.log.count("update") > 1, lambda s: (
         f"{s.where}: scaler.update() was called {s.log.count('update')} times; once per step, after "
         "scaler.step().")),
     Mistake("learner error", lambda s: bool(s.error), lambda s: f"{s.where}: {s.error}"),
@@ -374,7 +260,7 @@ CALL_RULES = (
 CLIP_RULES = (
     Mistake("clipped scaled gradients against max_norm * scale", lambda s: (
         s.norm_finite and not s.clipped_wrong and s.max_norm is not None and not s.scaler_step["unscaled"]
-        and _close(s.scaler_step["norm"], s.max_norm * s.scaler_step["scale"], 0.02)), lambda s: (
+        and close(s.scaler_step["norm"], s.max_norm * s.scaler_step["scale"], 0.02)), lambda s: (
         f"{s.where}: you clipped the still-scaled gradients against max_norm * scale. The update comes out "
         "right here, but clip_grad_norm_ returns a norm that is `scale` times too large (the number you "
         "would log or guard on), and get_scale() synchronises with the GPU every step. Call "
@@ -382,27 +268,36 @@ CLIP_RULES = (
     Mistake("clipped although max_norm is None", lambda s: s.clipped_wrong and s.max_norm is None, lambda s: (
         f"{s.where}: max_norm is None, which means no clipping, but the gradient norm the optimizer used was "
         f"{s.norm_used:.4g} instead of {s.norm_expected:.4g}. Clip only `if max_norm is not None:`.")),
+    Mistake("clipped scaled gradients against max_norm / scale", lambda s: (
+        s.clipped_wrong and s.max_norm is not None and s.scaler_step is not None
+        and not s.scaler_step["unscaled"] and close(s.norm_used, s.max_norm / s.scale_used**2, 0.05)),
+        lambda s: (
+        f"{s.where}: you clipped the still-scaled gradients to max_norm / scale instead of unscaling them. "
+        f"clip_grad_norm_ cut gradients {scale_text(s.scale_used)} times too large to norm max_norm / scale; "
+        f"scaler.step() then divided them by the scale once more, so the update had norm {s.norm_used:.3g} "
+        f"(max_norm / scale^2), not {s.max_norm}. Call `scaler.unscale_(optimizer)`, then clip with the "
+        "plain max_norm.")),
     Mistake("clipped before unscale_", lambda s: (
         s.clipped_wrong and s.clipped_scaled and s.event("unscale_") is not None), lambda s: (
         f"{s.where}: you clipped before scaler.unscale_(). clip_grad_norm_ saw gradients "
-        f"{scale_text(s.scaler_step['scale'])} times too large and cut them to norm {s.max_norm}; after "
-        f"unscaling the update had norm {s.norm_used:.3g}, {scale_text(s.scaler_step['scale'])} times "
+        f"{scale_text(s.scale_used)} times too large and cut them to norm {s.max_norm}; after "
+        f"unscaling the update had norm {s.norm_used:.3g}, {scale_text(s.scale_used)} times "
         "smaller than intended. Call unscale_ first, then clip.")),
     Mistake("clipped without unscale_", lambda s: s.clipped_wrong and s.clipped_scaled, lambda s: (
         f"{s.where}: you clipped without calling scaler.unscale_(optimizer) first. clip_grad_norm_ saw the "
-        f"scaled gradients ({scale_text(s.scaler_step['scale'])} times too large) and cut them to norm "
+        f"scaled gradients ({scale_text(s.scale_used)} times too large) and cut them to norm "
         f"{s.max_norm}; scaler.step() then unscaled them to norm {s.norm_used:.3g}. Call "
         "`scaler.unscale_(optimizer)` before clipping.")),
     Mistake("changed, but not clipped by total norm", lambda s: (
         s.clipped_wrong and s.max_norm is not None and s.norm_used > s.max_norm * 1.02
-        and not _close(s.norm_used, s.unclipped_norm, 0.02)), lambda s: (
+        and not close(s.norm_used, s.unclipped_norm, 0.02)), lambda s: (
         f"{s.where}: the gradient norm the optimizer used was {s.norm_used:.4g}: the gradients were changed, "
         f"but not clipped to total norm max_norm={s.max_norm} (unclipped it is {s.unclipped_norm:.4g}). Use "
         "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`, not clip_grad_value_, after "
         "unscale_.")),
     Mistake("clipped after step", lambda s: (
         s.clipped_wrong and s.max_norm is not None and s.norm_used > s.max_norm * 1.02
-        and (_close(s.got.norm_after, s.max_norm, 0.02) or s.got.norm_after < s.norm_used * 0.98)),
+        and (close(s.got.norm_after, s.max_norm, 0.02) or s.got.norm_after < s.norm_used * 0.98)),
         lambda s: (
         f"{s.where}: you clipped after scaler.step(): the optimizer had already used gradients of norm "
         f"{s.norm_used:.4g} > max_norm={s.max_norm}. Clip between unscale_ and step.")),
@@ -428,7 +323,7 @@ def _params_differ_message(s: Seen) -> str:
 
 # What the step left behind and returned: the scale, the parameters, the loss.
 RESULT_RULES = (
-    Mistake("loss scale differs", lambda s: not _close(s.got.scale_after, s.ref.scale_after, 1e-6),
+    Mistake("loss scale differs", lambda s: not close(s.got.scale_after, s.ref.scale_after, 1e-6),
             lambda s: (
         f"{s.where}: the loss scale after the step is {scale_text(s.got.scale_after)}; the reference step "
         f"leaves {scale_text(s.ref.scale_after)}. Call scaler.update() exactly once, after "
@@ -449,12 +344,12 @@ RESULT_RULES = (
         f"{s.where}: train_step returned a {type(s.got.returned).__name__}; return the unscaled loss "
         "tensor.")),
     Mistake("returned the scaled loss", lambda s: (
-        not _close(s.returned_number, float(s.ref.returned), 1e-3)
-        and _close(s.returned_number, float(s.ref.returned) * s.got.scale_before, 1e-3)), lambda s: (
+        not close(s.returned_number, float(s.ref.returned), 1e-3)
+        and close(s.returned_number, float(s.ref.returned) * s.got.scale_before, 1e-3)), lambda s: (
         f"{s.where}: train_step returned the scaled loss ({s.returned_number:.6g} = loss x "
         f"{scale_text(s.got.scale_before)}). Return the loss as loss_fn computed it; scaler.scale(loss) is "
         "only for backward.")),
-    Mistake("returned another value", lambda s: not _close(s.returned_number, float(s.ref.returned), 1e-3),
+    Mistake("returned another value", lambda s: not close(s.returned_number, float(s.ref.returned), 1e-3),
             lambda s: (
         f"{s.where}: train_step returned {s.returned_number:.6g}, but the loss of this batch is "
         f"{float(s.ref.returned):.6g}.")),
@@ -464,18 +359,6 @@ TRAIN_STEP_RULES = CALL_RULES + CLIP_RULES + RESULT_RULES
 
 
 # ------------------------------------------------------------------------------------------- the checkers
-
-
-def hardcoded_device(fn) -> str | None:
-    """'cpu' or 'cuda' when the function's source contains that string literal (a hard-coded device type)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and node.value in ("cpu", "cuda"):
-            return node.value
-    return None
 
 
 def observations(train_step):
@@ -512,15 +395,11 @@ def check_train_step(train_step):
         result = _judge_train_step(train_step)
     if result is not None:
         return result
-    device = hardcoded_device(train_step)
-    if device:
-        return failed(f"Your step behaves like the reference here, but it hard-codes the device type "
-                      f"'{device}'. On another machine autocast would then be on for the wrong device and do "
-                      "nothing. Use `device_type = inputs.device.type` (and the scaler you are given).")
     return passed(
-        "Your step matches the reference in all four scenarios: autocast around forward and loss, scaled "
-        "backward outside it, unscale_ before clipping, scaler.step + update, overflowing steps skipped with "
-        "the scale backed off, and the scale growing between consecutive steps."
+        f"Your step matches the reference in all {len(SCENARIOS)} scenarios: autocast around forward and "
+        "loss on the data's device, scaled backward outside it, unscale_ before clipping, scaler.step + "
+        "update, overflowing steps skipped with the scale backed off, the scale growing between consecutive "
+        "steps, and the same code running BF16 with a disabled scaler."
     )
 
 
@@ -530,11 +409,18 @@ def check_train_step(train_step):
 SCHEDULER_PATTERN = (True, True, False, False, False, True, False, False, False, False)
 
 
+UPDATE_AGAIN = (
+    "Your function called scaler.update(), but update() already ran in this iteration, right after "
+    "scaler.step(): once per iteration. A second update() finds no inf checks left to read (torch stops "
+    "it with 'No inf checks were recorded prior to update.'), or, given a new scale, overwrites the one "
+    "GradScaler chose. Only read the scale: compare scaler.get_scale() with scale_before.")
+
+
 def _scheduler_setup():
     """A one-weight model, its optimizer and a real GradScaler (init_scale=2**8, growth_interval=2)."""
     weight = nn.Parameter(torch.ones(4))
     optimizer = torch.optim.SGD([weight], lr=0.1)
-    scaler = torch.amp.GradScaler(DEVICE_TYPE, init_scale=2.0**8, growth_interval=2)
+    scaler = UpdateCountingScaler(DEVICE_TYPE, init_scale=2.0**8, growth_interval=2)
     x = torch.linspace(0.5, 2.0, 4)
     return weight, optimizer, scaler, x
 
@@ -556,9 +442,16 @@ def check_scheduler_step(step_scheduler_if_updated):
             scaler.step(optimizer)
             scaler.update()
             scale_after = scaler.get_scale()
-            calls_before = scheduler.calls
-            got = call_learner(step_scheduler_if_updated, scaler, scheduler, scale_before,
-                               what="`step_scheduler_if_updated`")
+            calls_before, updates_before = scheduler.calls, scaler.updates
+            try:
+                got = call_learner(step_scheduler_if_updated, scaler, scheduler, scale_before,
+                                   what="`step_scheduler_if_updated`")
+            except LearnerProblem:
+                if scaler.updates > updates_before:
+                    return failed(UPDATE_AGAIN)
+                raise
+            if scaler.updates > updates_before:
+                return failed(UPDATE_AGAIN)
             calls = scheduler.calls - calls_before
             if scaler.get_scale() != scale_after:
                 return failed("Your function changed the loss scale: it must only read it "

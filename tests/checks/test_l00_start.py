@@ -73,3 +73,73 @@ def test_each_mistake_is_named(wrong, named):
 @pytest.mark.parametrize("junk", [None, "right", 3, lambda a: a, lambda a, b, dtype: "tensor"])
 def test_junk_never_raises(junk):
     assert not check_autocast_matmul(junk).passed
+
+
+# ------------------------------------------ correct answers written differently, and more natural wrong answers
+
+
+def right_amp_spelling(a, b, dtype):
+    with torch.amp.autocast(a.device.type, dtype):
+        return torch.matmul(a, b)
+
+
+def right_ternary_device(a, b, dtype):
+    device_type = "cuda" if a.is_cuda else "cpu"
+    with torch.autocast(device_type=device_type, dtype=dtype, enabled=True):
+        out = torch.mm(a, b)
+    return out
+
+
+def right_linear(a, b, dtype):
+    with torch.autocast(device_type=a.device.type, dtype=dtype):
+        result = torch.nn.functional.linear(a, b.t())
+    return result
+
+
+@pytest.mark.parametrize("variant", [right_amp_spelling, right_ternary_device, right_linear],
+                         ids=lambda f: f.__name__)
+def test_correct_variants_pass(variant):
+    result = check_autocast_matmul(variant)
+    assert result.passed, result.message
+
+
+def default_dtype(a, b, dtype):
+    with torch.autocast(a.device.type):  # no dtype: CPU autocast's default is bfloat16
+        return a @ b
+
+
+def matmul_after_the_block(a, b, dtype):
+    with torch.autocast(a.device.type, dtype=dtype):
+        pass
+    return a @ b
+
+
+def cast_the_result(a, b, dtype):
+    return (a @ b).to(dtype)
+
+
+def always_half(a, b, dtype):
+    return a.half() @ b.half()
+
+
+def switched_off(a, b, dtype):
+    with torch.autocast(a.device.type, dtype=dtype, enabled=False):
+        return a @ b
+
+
+def no_device_type(a, b, dtype):
+    with torch.autocast(dtype=dtype):
+        return a @ b
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (default_dtype, "pass the `dtype` argument"),
+    (matmul_after_the_block, "still float32"),
+    (cast_the_result, "casts by hand"),
+    (always_half, "casts by hand"),
+    (switched_off, "still float32"),
+    (no_device_type, "raised an error: TypeError"),
+], ids=["default dtype", "after the block", "cast result", "always half", "enabled=False", "no device"])
+def test_more_mistakes_are_named(wrong, named):
+    result = check_autocast_matmul(wrong)
+    assert result.status == "failed" and named in result.message, result.message

@@ -263,6 +263,14 @@ STORED_VALUE_CASES = {  # rule name: (format, x, the learner's wrong value)
     "mantissa bits": (BFLOAT16, 1e5, model_round(1e5, 8, 10)),
     "exponent bits": (BFLOAT16, 1e5, math.inf),
     "mantissa off by one": (FLOAT16, 0.1, model_round(0.1, 5, 11)),
+    "no overflow": (FLOAT16, 1e5, model_round(1e5, 5, 10, largest=math.inf)),
+    "max at the next power of two": (FLOAT16, 65520.0, 65536.0),
+    "max itself overflows": (FLOAT16, 65504.0, math.inf),
+    "exponent one too high": (FLOAT16, 0.1 + 2**-14,
+                              model_round(0.1 + 2**-14, 5, 10, exponent_of="plus_one")),
+    "exponent one too low": (FLOAT16, 0.1, model_round(0.1, 5, 10, exponent_of="minus_one")),
+    "subnormal exponent": (FLOAT16, 0.3 * F16_SUB, model_round(0.3 * F16_SUB, 5, 10, emin_shift=-1)),
+    "bias": (FLOAT16, 0.3 * F16_SUB, model_round(0.3 * F16_SUB, 5, 10, bias=16)),
 }
 
 
@@ -310,3 +318,213 @@ def test_each_classify_rule_recognises_its_mistake(name):
 def test_every_classify_rule_has_a_case():
     names = {rule.name for fmt in (FLOAT16, BFLOAT16) for rule in classify_mistakes(fmt, [], [])}
     assert names == set(CLASSIFY_CASES)
+
+
+# ------------------------------------------------------------------------------------------------
+# correct answers written differently from the reference, and more wrong answers a class writes
+# ------------------------------------------------------------------------------------------------
+
+def stored_value_log2_floor(x, fmt):
+    """floor(log2|x|) for the exponent, a while loop for overflow: no frexp."""
+    e_bits, m_bits = {"float16": (5, 10), "bfloat16": (8, 7)}[fmt]
+    if x != x or x in (math.inf, -math.inf) or x == 0:
+        return x
+    bias = 2 ** (e_bits - 1) - 1
+    exponent = max(math.floor(math.log2(abs(x))), 1 - bias)
+    if 2.0**exponent > abs(x):  # log2 rounded up just below a power of two
+        exponent -= 1
+    exponent = max(exponent, 1 - bias)
+    quantum = 2.0 ** (exponent - m_bits)
+    magnitude = round(abs(x) / quantum) * quantum
+    return math.copysign(magnitude if magnitude <= (2 - 2**-m_bits) * 2**bias else math.inf, x)
+
+
+def stored_value_integer_mantissa(x, fmt):
+    """An integer significand from frexp, rounded with numpy's round-half-even, rebuilt with ldexp."""
+    e_bits, m_bits = {"float16": (5, 10), "bfloat16": (8, 7)}[fmt]
+    if math.isnan(x) or math.isinf(x) or x == 0.0:
+        return x
+    emin = 2 - 2 ** (e_bits - 1)
+    mantissa, exponent = math.frexp(abs(x))  # abs(x) = mantissa * 2**exponent, 0.5 <= mantissa < 1
+    shift = m_bits + 1 if exponent - 1 >= emin else m_bits + 1 - (emin - (exponent - 1))
+    significand = int(np.round(mantissa * 2.0**shift))
+    value = math.ldexp(significand, exponent - shift)
+    largest = math.ldexp(2 ** (m_bits + 1) - 1, 2 ** (e_bits - 1) - 1 - m_bits)
+    return math.copysign(math.inf if value > largest else value, x)
+
+
+def stored_value_fractions(x, fmt):
+    """Exact rational arithmetic: the grid step as a Fraction, ties settled by hand (to the even multiple)."""
+    from fractions import Fraction
+
+    e_bits, m_bits = {"float16": (5, 10), "bfloat16": (8, 7)}[fmt]
+    if math.isnan(x) or math.isinf(x) or x == 0:
+        return x
+    bias = 2 ** (e_bits - 1) - 1
+    a = Fraction(abs(x))
+    exponent = 1 - bias
+    while a >= Fraction(2) ** (exponent + 1):
+        exponent += 1
+    step = Fraction(2) ** (exponent - m_bits)
+    q, remainder = divmod(a, step)
+    if remainder * 2 > step or (remainder * 2 == step and q % 2 == 1):
+        q += 1
+    value = float(q * step)
+    if value > (2 - 2.0**-m_bits) * 2.0**bias:
+        value = math.inf
+    return math.copysign(value, x)
+
+
+def stored_value_bit_tricks(x, fmt):
+    """numpy's float16 for float16; for bfloat16 the classic float32 bit trick (round the upper 16 bits)."""
+    import struct
+
+    if fmt == "float16":
+        with np.errstate(over="ignore"):
+            return float(np.float16(np.float32(x)))
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    if math.isnan(x):
+        return x
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest, ties to even
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def stored_value_torch(x, fmt):
+    """Lets torch do it (the exercise asks for arithmetic, but the check judges the values)."""
+    return torch.tensor(x, dtype=torch.float32).to(getattr(torch, fmt)).item()
+
+
+CORRECT_STORED_VALUES = [stored_value_log2_floor, stored_value_integer_mantissa, stored_value_fractions,
+                         stored_value_bit_tricks, stored_value_torch]
+
+
+@pytest.mark.parametrize("variant", CORRECT_STORED_VALUES, ids=lambda f: f.__name__)
+def test_stored_value_correct_variants_pass(variant):
+    result = check_stored_value(variant)
+    assert result.passed, result.message
+
+
+def _layout(**changes):
+    """The solution's arithmetic with one line of the layout changed, as a learner might write it."""
+    def stored_value(x, fmt):
+        e_bits, m_bits = {"float16": (5, 10), "bfloat16": (8, 7)}[fmt]
+        if math.isnan(x) or math.isinf(x) or x == 0:
+            return x
+        bias = changes.get("bias", lambda e: 2 ** (e - 1) - 1)(e_bits)
+        largest = changes.get("largest", lambda m, b: (2 - 2.0**-m) * 2.0**b)(m_bits, bias)
+        exponent = changes.get("exponent", lambda a: math.frexp(a)[1] - 1)(abs(x))
+        exponent = max(exponent, changes.get("emin", lambda b: 1 - b)(bias))
+        step = 2.0 ** (exponent - m_bits)
+        magnitude = round(abs(x) / step) * step
+        if changes.get("overflow", lambda mag, top: mag > top)(magnitude, largest):
+            magnitude = math.inf
+        return math.copysign(magnitude, x)
+    return stored_value
+
+
+MORE_WRONG_STORED_VALUES = {
+    "frexp without the -1": (_layout(exponent=lambda a: math.frexp(a)[1]), "exponent of |x| is one too high"),
+    "ceil(log2|x|)": (_layout(exponent=lambda a: math.ceil(math.log2(a))), "ceil(log2|x|) is one too high"),
+    "frexp minus 2": (_layout(exponent=lambda a: math.frexp(a)[1] - 2), "exponent of |x| is one too low"),
+    "bias 2**(e-1)": (_layout(bias=lambda e: 2 ** (e - 1)), "bias = 2^(5 - 1) - 1 = 15"),
+    "bias 2**e - 1": (_layout(bias=lambda e: 2**e - 1), "Your exponent bias is wrong"),
+    "bias 2**(e-1) - 2": (_layout(bias=lambda e: 2 ** (e - 1) - 2), "Your exponent bias is wrong"),
+    "subnormals at -bias": (_layout(emin=lambda b: -b), "Subnormals share the smallest normal's exponent"),
+    "max 2**16": (_layout(largest=lambda m, b: 2.0 ** (b + 1)), "up to 2^16 = 65536 stay finite"),
+    "max >= instead of >": (_layout(overflow=lambda mag, top: mag >= top), "Compare with `>`, not `>=`"),
+    "never overflows": (_layout(overflow=lambda mag, top: False), "Nothing ever overflows"),
+}
+
+
+@pytest.mark.parametrize("name", MORE_WRONG_STORED_VALUES)
+def test_stored_value_names_layout_mistakes(name):
+    wrong, words = MORE_WRONG_STORED_VALUES[name]
+    result = check_stored_value(wrong)
+    assert result.status == "failed", result.message
+    assert words in result.message, result.message
+    assert "Off by one in the mantissa" not in result.message and "layout (8 exponent" not in result.message
+
+
+def test_a_slow_stored_value_is_stopped_with_a_message(monkeypatch):
+    monkeypatch.setenv("AMP_LESSONS_CHECK_BUDGET", "1")
+    right = solution(NOTEBOOK, "stored_value")
+
+    def slow(x, fmt):
+        time.sleep(0.05)  # about 55 calls: 3 s in all, past the budget
+        return right(x, fmt)
+
+    started = time.perf_counter()
+    result = check_stored_value(slow)
+    assert time.perf_counter() - started < 2.0
+    assert result.status == "failed" and "stopped after 1 s" in result.message, result.message
+
+
+@pytest.mark.parametrize("variant", [stored_value_log2_floor, stored_value_fractions],
+                         ids=lambda f: f.__name__)
+def test_a_reasonable_loop_answer_is_checked_in_under_2_s(variant):
+    started = time.perf_counter()
+    assert check_stored_value(variant).passed
+    assert time.perf_counter() - started < 2.0
+
+
+def classify_by_casting(values, fmt):
+    """torch does the rounding, the kind is read off the stored value."""
+    stored = torch.tensor(list(values), dtype=torch.float32).to(getattr(torch, fmt)).double()
+    tiny = torch.finfo(getattr(torch, fmt)).tiny
+    return ["nan" if math.isnan(v) else "inf" if math.isinf(v) else "zero" if v == 0
+            else "subnormal" if abs(v) < tiny else "normal" for v in stored.tolist()]
+
+
+def classify_numpy_thresholds(values, fmt):
+    """Thresholds from the format's numbers, compared in numpy, with <= and < written the other way round."""
+    e_bits, m_bits = {"float16": (5, 10), "bfloat16": (8, 7)}[fmt]
+    bias = 2 ** (e_bits - 1) - 1
+    tiny, sub = 2.0 ** (1 - bias), 2.0 ** (1 - bias - m_bits)
+    a = np.abs(np.asarray(values, dtype=np.float64))
+    labels = np.where(a <= sub / 2, "zero", np.where(a < tiny - sub / 2, "subnormal", "normal"))
+    labels = np.where(a >= (2 - 2.0 ** -(m_bits + 1)) * 2.0**bias, "inf", labels)
+    return list(np.where(np.isnan(a), "nan", labels))
+
+
+def classify_via_stored_value_variant(values, fmt):
+    kinds = []
+    for x in values:
+        v = stored_value_fractions(x, fmt)
+        smallest_normal = 2.0 ** (2 - 2 ** ({"float16": 5, "bfloat16": 8}[fmt] - 1))
+        kinds.append("nan" if v != v else "inf" if math.isinf(v) else "zero" if v == 0
+                     else "subnormal" if abs(v) < smallest_normal else "normal")
+    return kinds
+
+
+@pytest.mark.parametrize("variant", [classify_by_casting, classify_numpy_thresholds,
+                                     classify_via_stored_value_variant], ids=lambda f: f.__name__)
+def test_classify_correct_variants_pass(variant):
+    result = check_classify(variant)
+    assert result.passed, result.message
+
+
+def classify_compares_unrounded(values, fmt):
+    """Classifies x itself, not the value it becomes: no rounding at any edge."""
+    e_bits, m_bits = {"float16": (5, 10), "bfloat16": (8, 7)}[fmt]
+    bias = 2 ** (e_bits - 1) - 1
+    tiny, sub, top = 2.0 ** (1 - bias), 2.0 ** (1 - bias - m_bits), (2 - 2.0**-m_bits) * 2.0**bias
+    kinds = []
+    for x in values:
+        a = abs(x)
+        kinds.append("nan" if math.isnan(x) else "inf" if a > top else "normal" if a >= tiny
+                     else "subnormal" if a >= sub else "zero")
+    return kinds
+
+
+def classify_finfo_of_float16(values, fmt):
+    info = torch.finfo(torch.float16)  # the same limits for both formats
+    return classify_numpy_thresholds(values, "float16") if info else []
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (classify_compares_unrounded, "round DOWN to max"),
+    (classify_finfo_of_float16, "You used float16's range for bfloat16"),
+], ids=["unrounded", "float16 limits for both"])
+def test_classify_names_more_mistakes(wrong, words):
+    result = check_classify(wrong)
+    assert result.status == "failed" and words in result.message, result.message

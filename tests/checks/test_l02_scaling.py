@@ -3,6 +3,7 @@ answer is named, junk never raises), and each rule of the two mistake tables rec
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from notebook_code import exercise, solution
@@ -399,6 +400,191 @@ def frac_nonfinite_kept(grad, dtype, scale):
     return (stored == 0).float().mean().item(), (~torch.isfinite(stored)).float().mean().item()
 
 
+# ---------------------------------- correct answers written differently, and more natural wrong answers
+
+
+def frac_numpy(grad, dtype, scale):
+    g = grad.detach().cpu().numpy().ravel()
+    g = g[np.isfinite(g) & (g != 0)]
+    if g.size == 0:
+        return 0.0, 0.0
+    with np.errstate(over="ignore"):
+        scaled = g * np.float32(scale)
+    stored = torch.from_numpy(scaled).to(dtype).float().numpy()
+    return float(np.mean(stored == 0)), float(np.mean(np.isinf(stored)))
+
+
+def frac_count_nonzero(grad, dtype, scale):
+    keep = torch.isfinite(grad) & grad.ne(0)
+    n = int(torch.count_nonzero(keep))
+    if n == 0:
+        return [0.0, 0.0]
+    stored = grad[keep].mul(scale).to(dtype)
+    return [torch.count_nonzero(stored == 0) / n, torch.count_nonzero(stored.isinf()) / n]
+
+
+def frac_python_loop(grad, dtype, scale):
+    under = over = n = 0
+    for v in grad.flatten().tolist():
+        if v == 0 or math.isinf(v) or math.isnan(v):
+            continue
+        n += 1
+        s = torch.tensor(v * scale, dtype=torch.float32).to(dtype).item()
+        under += s == 0
+        over += math.isinf(s)
+    return (under / n, over / n) if n else (0.0, 0.0)
+
+
+def frac_exact_thresholds(grad, dtype, scale):
+    """Thresholds with the rounding done right: <= half the smallest subnormal, >= max + half a step."""
+    g = grad[torch.isfinite(grad) & (grad != 0)].double() * scale
+    if g.numel() == 0:
+        return 0.0, 0.0
+    info = torch.finfo(dtype)
+    mantissa = {torch.float16: 10, torch.bfloat16: 7}[dtype]
+    smallest = info.tiny * 2.0**-mantissa
+    top = info.max + 2.0 ** (math.floor(math.log2(info.max)) - mantissa - 1)
+    a = g.abs()
+    return (a <= smallest / 2).double().mean().item(), (a >= top).double().mean().item()
+
+
+def _kept_or_none(grad):
+    v = grad[torch.isfinite(grad) & (grad != 0)]
+    return v if v.numel() else None
+
+
+def frac_eps(grad, dtype, scale):
+    v = _kept_or_none(grad)
+    if v is None:
+        return 0.0, 0.0
+    s = v * scale
+    under = (s.abs() < torch.finfo(dtype).eps).float().mean().item()
+    return under, torch.isinf(s.to(dtype)).float().mean().item()
+
+
+def frac_mixed(grad, dtype, scale):
+    v = _kept_or_none(grad)
+    if v is None:
+        return 0.0, 0.0
+    s = v * scale
+    return (s.to(dtype) == 0).float().mean().item(), (s.abs() > torch.finfo(dtype).max).float().mean().item()
+
+
+def frac_under_by_threshold(grad, dtype, scale):
+    v = _kept_or_none(grad)
+    if v is None:
+        return 0.0, 0.0
+    s = v * scale
+    tiny = torch.finfo(dtype).tiny * torch.finfo(dtype).eps
+    return (s.abs() < tiny).float().mean().item(), torch.isinf(s.to(dtype)).float().mean().item()
+
+
+def frac_half(grad, dtype, scale):
+    v = _kept_or_none(grad)
+    if v is None:
+        return 0.0, 0.0
+    s = (v * scale).half()
+    return (s == 0).float().mean().item(), torch.isinf(s).float().mean().item()
+
+
+def frac_after_mean(grad, dtype, scale):
+    finite = grad[torch.isfinite(grad)]
+    if finite.numel() == 0:
+        return 0.0, 0.0
+    s = (finite[finite != 0] * scale).to(dtype)
+    return (s == 0).sum().item() / finite.numel(), torch.isinf(s).sum().item() / finite.numel()
+
+
+def scale_closed_form(grads, dtype, max_exponent=24):
+    values = [g.detach().abs().float() for g in grads if g.numel()]
+    if any(not torch.isfinite(v).all() for v in values):
+        return None
+    amax = max((v.max().item() for v in values), default=0.0)
+    if amax == 0:
+        return 2.0**max_exponent
+    k = min(max_exponent, math.floor(math.log2(torch.finfo(dtype).max / amax)) + 1)
+    while math.isinf(torch.tensor(amax * 2.0**k).to(dtype).item()):
+        k -= 1
+    return 2.0**k
+
+
+def scale_count_up(grads, dtype, max_exponent=24):
+    flat = torch.cat([g.flatten() for g in grads]) if grads else torch.zeros(0)
+    if flat.isnan().any() or flat.isinf().any():
+        return None
+    amax = flat.abs().max() if flat.numel() else torch.tensor(0.0)
+    k = -160
+    while k < max_exponent and not torch.isinf((amax * 2.0 ** (k + 1)).to(dtype)):
+        k += 1
+    return 2**k
+
+
+def scale_numpy_threshold(grads, dtype, max_exponent=24):
+    arrays = [g.detach().cpu().numpy().ravel() for g in grads]
+    flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.float32)
+    if not np.all(np.isfinite(flat)):
+        return None
+    amax = float(np.max(np.abs(flat))) if flat.size else 0.0
+    if amax == 0.0:
+        return float(2**max_exponent)
+    overflow_at = {torch.float16: 65520.0, torch.bfloat16: (2 - 2.0**-8) * 2.0**127}[dtype]
+    k = max_exponent
+    while amax * 2.0**k >= overflow_at:
+        k -= 1
+    return 2.0**k
+
+
+def scale_frexp(grads, dtype, max_exponent=24):
+    if not grads or all(g.numel() == 0 for g in grads):
+        return 2.0**max_exponent
+    amax = torch.stack([g.abs().max() for g in grads if g.numel()]).max()
+    if not torch.isfinite(amax):
+        return None
+    if amax == 0:
+        return 2.0**max_exponent
+    _, e = torch.frexp(amax)
+    k = min(max_exponent, int(math.log2(torch.finfo(dtype).max)) - int(e) + 2)
+    while torch.isinf((amax * 2.0**k).to(dtype)):
+        k -= 1
+    return 2.0**k
+
+
+def _largest_k(grads, dtype, max_exponent, cast_first=False):
+    """The solution's loop (amax cast to ``dtype`` first when asked); None when a value is not finite."""
+    flat = torch.cat([g.flatten() for g in grads] + [torch.zeros(0)])
+    if not torch.isfinite(flat).all():
+        return None
+    if flat.numel() == 0 or flat.abs().max() == 0:
+        return max_exponent
+    amax = flat.abs().max().to(dtype) if cast_first else flat.abs().max()
+    k = max_exponent
+    while torch.isinf((amax * 2.0**k).to(dtype)) and k > -40:
+        k -= 1
+    return k
+
+
+def scale_returns_exponent(grads, dtype, max_exponent=24):
+    return _largest_k(grads, dtype, max_exponent)
+
+
+def scale_zero_for_inf(grads, dtype, max_exponent=24):
+    k = _largest_k(grads, dtype, max_exponent)
+    return 0.0 if k is None else 2.0**k
+
+
+def scale_cast_amax_fp16(grads, dtype, max_exponent=24):
+    k = _largest_k(grads, dtype, max_exponent, cast_first=True)
+    return None if k is None else 2.0**k
+
+
+def scale_finite_after_cast(grads, dtype, max_exponent=24):
+    if grads and not all(torch.isfinite(g.to(dtype)).all() for g in grads):
+        return None  # the raw gradients checked after a cast: a finite 1e6 looks broken
+    k = _largest_k(grads, dtype, max_exponent)
+    return None if k is None else 2.0**k
+
+
+
 FRACTION_RULE_CASES = {  # rule name: a learner-style lost_fractions with that mistake
     "swapped": frac_swapped,
     "percent": frac_percent,
@@ -417,6 +603,10 @@ FRACTION_RULE_CASES = {  # rule name: a learner-style lost_fractions with that m
     "zeros counted finite": frac_zeros_counted,
     "nonfinite kept": frac_nonfinite_kept,
     "always fp16": frac_always_fp16,
+    "eps": frac_eps,
+    "overflow by comparing with max": frac_mixed,
+    "underflow by comparing with the smallest subnormal": frac_under_by_threshold,
+    "zeros in the denominator": frac_after_mean,
 }
 
 SCALE_RULE_CASES = {  # rule name: a learner-style largest_safe_scale with that mistake
@@ -429,6 +619,7 @@ SCALE_RULE_CASES = {  # rule name: a learner-style largest_safe_scale with that 
     "no cap": scale_no_cap,
     "at least one": scale_at_least_one,
     "always fp16": scale_always_fp16,
+    "cast first": scale_cast_amax_fp16,
 }
 
 
@@ -461,3 +652,46 @@ def test_each_scale_rule_recognises_its_mistake(name):
 def test_every_rule_has_a_case():
     assert {rule.name for rule in l02.FRACTION_MISTAKES} == set(FRACTION_RULE_CASES)
     assert {rule.name for rule in l02.SCALE_MISTAKES} == set(SCALE_RULE_CASES)
+
+
+@pytest.mark.parametrize("variant", [frac_numpy, frac_count_nonzero, frac_python_loop, frac_exact_thresholds],
+                         ids=lambda f: f.__name__)
+def test_lost_fractions_correct_variants_pass(variant):
+    result = check_lost_fractions(variant)
+    assert result.passed, result.message
+
+
+MORE_WRONG_FRACTIONS = {
+    frac_eps: "which measures *precision*",
+    frac_mixed: "you tested overflow with |g * scale| > finfo.max",
+    frac_under_by_threshold: "you tested underflow with |g * scale| <",
+    frac_half: "Your answer ignores `dtype`",
+    frac_after_mean: "divided by the number of finite values, zeros included",
+}
+
+
+@pytest.mark.parametrize("wrong", list(MORE_WRONG_FRACTIONS), ids=lambda f: f.__name__)
+def test_lost_fractions_names_more_mistakes(wrong):
+    result = check_lost_fractions(wrong)
+    assert result.status == "failed" and MORE_WRONG_FRACTIONS[wrong] in result.message, result.message
+
+
+@pytest.mark.parametrize("variant", [scale_closed_form, scale_count_up, scale_numpy_threshold, scale_frexp],
+                         ids=lambda f: f.__name__)
+def test_largest_safe_scale_correct_variants_pass(variant):
+    result = check_largest_safe_scale(variant)
+    assert result.passed, result.message
+
+
+MORE_WRONG_SCALES = {
+    scale_returns_exponent: "Is 21 the exponent k itself?",
+    scale_zero_for_inf: "return None only for inf/NaN gradients",
+    scale_cast_amax_fp16: "You cast the largest gradient to the low-precision dtype before scaling it",
+    scale_finite_after_cast: "not after casting them",
+}
+
+
+@pytest.mark.parametrize("wrong", list(MORE_WRONG_SCALES), ids=lambda f: f.__name__)
+def test_largest_safe_scale_names_more_mistakes(wrong):
+    result = check_largest_safe_scale(wrong)
+    assert result.status == "failed" and MORE_WRONG_SCALES[wrong] in result.message, result.message

@@ -443,7 +443,7 @@ WRONG = {
     returns_nothing: "returned None",
     hardcoded_cuda: "device_type='cuda'",
     deprecated_cuda_amp_autocast: "torch.cuda.amp.autocast (deprecated",
-    hardcoded_cpu: "hard-codes the device type 'cpu'",
+    hardcoded_cpu: "your step switched on autocast for the CPU",
     ignores_dtype: "autocast ran in float16, but train_step was called with dtype=bfloat16",
     backward_unscaled: "backward ran on the unscaled loss",
     no_scaler_at_all: "backward ran on the unscaled loss",
@@ -568,6 +568,64 @@ def sched_updates_scaler(scaler, scheduler, scale_before):
     return sched_correct(scaler, scheduler, scale_before)
 
 
+def sched_updates_again(scaler, scheduler, scale_before):
+    scaler.update()  # "to be sure the scale is current"
+    return sched_correct(scaler, scheduler, scale_before)
+
+
+def sched_reversed(scaler, scheduler, scale_before):
+    stepped = scale_before >= scaler.get_scale()  # the comparison the wrong way round
+    if stepped:
+        scheduler.step()
+    return stepped
+
+
+def sched_growth_only(scaler, scheduler, scale_before):
+    stepped = scaler.get_scale() == scale_before * scaler.get_growth_factor()
+    if stepped:
+        scheduler.step()
+    return stepped
+
+
+def sched_early_return(scaler, scheduler, scale_before):
+    if scaler.get_scale() < scale_before:
+        return False
+    scheduler.step()
+    return True
+
+
+def sched_not_backed_off(scaler, scheduler, scale_before):
+    skipped = scaler.get_scale() == scale_before * scaler.get_backoff_factor()
+    if not skipped:
+        scheduler.step()
+    return not skipped
+
+
+def sched_package_detector(scaler, scheduler, scale_before):
+    from amp_lessons.utils import step_was_skipped
+
+    if step_was_skipped(scale_before, scaler.get_scale()):
+        return False
+    scheduler.step()
+    return True
+
+
+def sched_numpy_bool(scaler, scheduler, scale_before):
+    import numpy as np
+
+    stepped = np.float32(scaler.get_scale()) >= np.float32(scale_before)
+    if stepped:
+        scheduler.step()
+    return stepped
+
+
+def sched_tensor_compare(scaler, scheduler, scale_before):
+    stepped = scaler._scale >= scale_before  # a one-element bool tensor
+    if stepped:
+        scheduler.step()
+    return stepped
+
+
 def sched_returns_none(scaler, scheduler, scale_before):
     if scaler.get_scale() >= scale_before:
         scheduler.step()
@@ -579,7 +637,10 @@ SCHED_WRONG = {
     sched_greater: "an unchanged scale means there was no overflow",
     sched_forgets_step: "scheduler.step() was called 0 times",
     sched_twice: "scheduler.step() was called 2 times",
-    sched_updates_scaler: "changed the loss scale",
+    sched_updates_scaler: "Your function called scaler.update()",
+    sched_updates_again: "Your function called scaler.update()",
+    sched_reversed: "but you stepped the scheduler",
+    sched_growth_only: "returned False",
     sched_returns_none: "returned None",
 }
 
@@ -588,7 +649,9 @@ def test_scheduler_solution_passes(strict):
     assert check_scheduler_step(solution(LESSON, "step_scheduler_if_updated")).status == PASSED
 
 
-@pytest.mark.parametrize("fn", [sched_correct, sched_correct_not], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [sched_correct, sched_correct_not, sched_early_return, sched_not_backed_off,
+                                sched_package_detector, sched_numpy_bool, sched_tensor_compare],
+                         ids=lambda f: f.__name__)
 def test_scheduler_correct_variants_pass(fn):
     result = check_scheduler_step(fn)
     assert result.status == PASSED, result.message
@@ -715,11 +778,211 @@ def returns_loss_plus_one(*args, **kwargs):
     return reference_train_step(*args, **kwargs) + 1
 
 
+# ------------------------------------------------ more correct steps, written the way a class writes them
+
+
+def step_is_cuda_ternary(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    device_type = "cuda" if inputs.is_cuda else "cpu"
+    optimizer.zero_grad()
+    with torch.autocast(device_type=device_type, dtype=dtype, enabled=device_type in ("cpu", "cuda")):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def step_device_from_the_model(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    device = next(model.parameters()).device
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast(device.type, dtype=dtype):
+        logits = model(inputs)
+        loss = loss_fn(logits, targets)
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, error_if_nonfinite=False, foreach=True)
+    scaler.step(optimizer)
+    scaler.update()
+    return float(loss)
+
+
+def step_get_device(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    device_type = "cuda" if inputs.get_device() >= 0 else "cpu"
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach().clone()
+
+
+def step_plain_when_scaler_is_off(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    """BF16 runs with a disabled scaler: skip it altogether then (what many training scripts do)."""
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    if not scaler.is_enabled():
+        loss.backward()
+        if max_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        return loss.detach()
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def step_outputs_cast_to_float(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        outputs = model(inputs).float()  # an explicit FP32 loss input: cross_entropy is FP32 under autocast
+        loss = loss_fn(outputs, targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        params = [p for p in model.parameters() if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+MORE_CORRECT = [step_is_cuda_ternary, step_device_from_the_model, step_get_device, step_plain_when_scaler_is_off,
+                step_outputs_cast_to_float]
+
+
+@pytest.mark.parametrize("step", MORE_CORRECT, ids=lambda f: f.__name__)
+def test_more_correct_variants_pass(step):
+    result = check_train_step(step)
+    assert result.status == PASSED, result.message
+
+
+# ------------------------------------------------------ more wrong steps, found by trying it as a class would
+
+
+def scales_by_hand(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    (loss * scaler.get_scale()).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def device_from_the_machine(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"  # the machine, not the data
+    return _step_on(device_type, model, optimizer, scaler, loss_fn, inputs, targets, dtype, max_norm)
+
+
+def _step_on(device_type, model, optimizer, scaler, loss_fn, inputs, targets, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def fixed_float16(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=torch.float16):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def forgets_clipping_without_scaler(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    if not scaler.is_enabled():
+        optimizer.zero_grad()
+        with torch.autocast(inputs.device.type, dtype=dtype):
+            loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        optimizer.step()  # forgot the clipping in this branch
+        return loss.detach()
+    return reference_train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype,
+                                max_norm=max_norm)
+
+
+def clips_to_max_norm_over_scale(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:  # "compensate" for the scale instead of unscaling
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm / scaler.get_scale())
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def steps_twice_via_scaler(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def returns_loss_item_times_scale(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    loss = reference_train_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype,
+                                max_norm=max_norm)
+    return loss * 2
+
+
+MORE_WRONG = {
+    scales_by_hand: "you scaled the loss by hand",
+    device_from_the_machine: "your step switched on autocast for the CPU",
+    fixed_float16: "autocast ran in float16, but train_step was called with dtype=bfloat16",
+    forgets_clipping_without_scaler: "the gradients were not clipped",
+    clips_to_max_norm_over_scale: "to max_norm / scale instead of unscaling them",
+    steps_twice_via_scaler: "you called scaler.step(optimizer) twice",
+    returns_loss_item_times_scale: "train_step returned",
+}
+
+
+@pytest.mark.parametrize("step", list(MORE_WRONG), ids=lambda f: f.__name__)
+def test_more_wrong_steps_are_named(step):
+    result = check_train_step(step)
+    assert result.status == "failed", result.message
+    assert MORE_WRONG[step] in result.message, result.message
+    assert "loss.backward()" not in result.message or step is not scales_by_hand
+
+
 RULE_CASES = {  # rule name: a step whose first mistake that rule names
     "autocast left on": autocast_left_on,
     "new GradScaler": new_scaler_inside,
     "low-precision parameters": half_model,
     "model never called": lambda *args, **kwargs: torch.tensor(1.0),
+    "CPU autocast on CUDA data": hardcoded_cpu,
     "autocast for CUDA on CPU tensors": hardcoded_cuda,
     "forward outside autocast": no_autocast,
     "autocast dtype ignored": ignores_dtype,
@@ -727,6 +990,7 @@ RULE_CASES = {  # rule name: a step whose first mistake that rule names
     "loss outside autocast": loss_outside_autocast,
     "no backward": no_backward,
     "backward inside autocast": backward_inside_autocast,
+    "loss scaled by hand": scales_by_hand,
     "backward on the unscaled loss": backward_unscaled,
     "loss scaled by something else": scales_twice,
     "zero_grad after backward": zero_grad_after_backward,
@@ -738,11 +1002,13 @@ RULE_CASES = {  # rule name: a step whose first mistake that rule names
     "clipping raised on an overflow": clip_raises_on_overflow,
     "no scaler.step": never_steps,
     "gradients zeroed before the step": zeroes_grads_by_hand,
+    "scaler.step twice": steps_twice_via_scaler,
     "no update": no_update,
     "update more than once": update_twice,
     "learner error": raises_at_the_end,
     "clipped scaled gradients against max_norm * scale": scaled_max_norm,
     "clipped although max_norm is None": clips_when_max_norm_none,
+    "clipped scaled gradients against max_norm / scale": clips_to_max_norm_over_scale,
     "clipped before unscale_": clip_before_unscale,
     "clipped without unscale_": no_unscale,
     "changed, but not clipped by total norm": clip_by_value,
