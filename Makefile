@@ -1,6 +1,9 @@
 # Two commands are all a fresh machine needs:
 #   make lab   - set up .venv and open JupyterLab on lesson 00 (localhost only, token kept)
 #   make test  - set up .venv and run the whole suite (what CI runs)
+# Instructors add one:
+#   make instructor - also install nbgrader (requirements-instructor.txt) and open JupyterLab with its
+#                     formgrader on this course (nbgrader_config.py; docs/instructor_guide.md)
 # Set-up is remembered by stamp files: a second run with unchanged requirements installs nothing.
 
 PYTHON ?= python3
@@ -9,12 +12,13 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 LAB_STAMP  := $(VENV)/.stamp-lab
 TEST_STAMP := $(VENV)/.stamp-test
+INSTRUCTOR_STAMP := $(VENV)/.stamp-instructor
 # Checks record progress; test runs keep theirs out of the maintainer's own record.
 # Two test workers share two cores: one torch thread each avoids threads waiting on each other.
 TEST_ENV := AMP_LESSONS_PROGRESS_FILE=$(CURDIR)/.test-output/progress.json PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
 NBVAL    := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 -n 2 --dist loadfile
 
-.PHONY: lab test setup setup-test lint unit notebooks exercises-check clean-venv
+.PHONY: lab test setup setup-test instructor lint unit notebooks exercises-check clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +29,12 @@ $(LAB_STAMP): requirements.txt pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-$(TEST_STAMP): requirements-dev.txt $(LAB_STAMP)
+$(INSTRUCTOR_STAMP): requirements-instructor.txt $(LAB_STAMP)
+	$(PY) -m pip install --quiet -r requirements-instructor.txt
+	touch $@
+
+# The test suite includes a whole nbgrader workshop (tests/tools/test_workshop.py), so it needs nbgrader too.
+$(TEST_STAMP): requirements-dev.txt $(INSTRUCTOR_STAMP)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
@@ -37,6 +46,10 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
 lab: $(LAB_STAMP)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $(ALLOW_ROOT) notebooks/00_start_here.ipynb
+
+# nbgrader starts helper programs (alembic) by name, so the venv's bin/ goes first on PATH.
+instructor: $(INSTRUCTOR_STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $(ALLOW_ROOT)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

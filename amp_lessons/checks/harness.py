@@ -214,8 +214,15 @@ def as_number(value, what: str, hint: str = "return a number") -> float:
 
 
 def strict_mode() -> str:
-    """'' (off), '1' (raise unless passed) or 'not-done' (raise unless not done yet)."""
-    return os.environ.get("AMP_LESSONS_STRICT", "").strip().lower()
+    """'' (off), '1' (raise unless passed) or 'not-done' (raise unless not done yet).
+
+    While nbgrader runs a notebook (it sets ``NBGRADER_EXECUTION``) the default is '1': nbgrader scores a
+    graded check cell by whether it raised, so a check that did not pass must raise to lose its points.
+    """
+    configured = os.environ.get("AMP_LESSONS_STRICT")
+    if configured is None and os.environ.get("NBGRADER_EXECUTION") in ("autograde", "validate"):
+        return "1"
+    return (configured or "").strip().lower()
 
 
 @contextlib.contextmanager
@@ -361,3 +368,7 @@ def _record(result: CheckResult) -> None:
         record.record(result.exercise, result.passed, result.status, result.message)
     except Exception as exc:  # progress is a convenience: it must never break a check
         print(f"(progress not saved: {exc})", file=sys.stderr)
+    try:  # only `python -m amp_lessons grade` sets AMP_LESSONS_RESULTS_FILE: it reads verdicts from there
+        record.report_to_grader(result.exercise, result.passed, result.status, result.message)
+    except Exception as exc:
+        print(f"(grader not told: {exc})", file=sys.stderr)

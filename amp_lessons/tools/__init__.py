@@ -1,1 +1,2 @@
-"""The command-line tools: ``python -m amp_lessons <command>`` (cli), exercise builder, grade, doctor, progress."""
+"""The command-line tools: ``python -m amp_lessons <command>`` (cli), exercise builder, grade, doctor,
+progress."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from amp_lessons.checks import registry
-from amp_lessons.record import load
+from amp_lessons.record import load, repair_entry
 
 PASSED_STATE = "passed"
 ATTEMPTED_STATE = "attempted"
@@ -38,7 +38,7 @@ def summarize(data: dict | None = None, known=None) -> list:
     labels = known + sorted((label for label in recorded if label not in known), key=exercise_sort_key)
     rows = []
     for label in labels:
-        entry = recorded.get(label) if isinstance(recorded.get(label), dict) else None
+        entry, _ = repair_entry(recorded.get(label)) if label in recorded else (None, "")
         if not entry:
             rows.append({"exercise": label, "state": NOT_STARTED_STATE, "attempts": 0, "last_status": "",
                          "last_message": "", "last_attempt": "", "first_passed": ""})
@@ -46,7 +46,7 @@ def summarize(data: dict | None = None, known=None) -> list:
         rows.append({
             "exercise": label,
             "state": PASSED_STATE if entry.get("passed") else ATTEMPTED_STATE,
-            "attempts": int(entry.get("attempts", 0) or 0),
+            "attempts": entry["attempts"],
             "last_status": str(entry.get("last_status", "")),
             "last_message": str(entry.get("last_message", "")),
             "last_attempt": str(entry.get("last_attempt", "") or ""),
@@ -56,13 +56,14 @@ def summarize(data: dict | None = None, known=None) -> list:
 
 
 def format_summary(rows: list, width: int = 110) -> str:
-    """The rows of :func:`summarize` as text for a terminal; an attempt's last message goes on the line below."""
+    """The rows of :func:`summarize` as text for a terminal; an attempt's last message on the line below."""
     if not rows:
         return "No exercises known and none recorded."
     name_width = min(60, max(len(r["exercise"]) for r in rows))
     lines = []
     for row in rows:
-        label = row["exercise"] if len(row["exercise"]) <= name_width else row["exercise"][: name_width - 3] + "..."
+        label = row["exercise"]
+        label = label if len(label) <= name_width else label[: name_width - 3] + "..."
         if row["state"] == PASSED_STATE:
             lines.append(f"{label:<{name_width}}  passed {row['first_passed']}".rstrip())
         elif row["state"] == ATTEMPTED_STATE:
@@ -77,5 +78,7 @@ def format_summary(rows: list, width: int = 110) -> str:
     passed = sum(r["state"] == PASSED_STATE for r in rows)
     attempted = sum(r["state"] == ATTEMPTED_STATE for r in rows)
     lines.append("")
-    lines.append(f"{passed} of {len(rows)} exercises passed, {attempted} attempted, {len(rows) - passed - attempted} not started.")
+    not_started = len(rows) - passed - attempted
+    lines.append(f"{passed} of {len(rows)} exercises passed, {attempted} attempted, "
+                 f"{not_started} not started.")
     return "\n".join(lines)

@@ -1,11 +1,20 @@
-"""The exercise builder: solution regions become stubs inside function bodies; stale files are found."""
+"""The exercise builder: solution regions become stubs inside function bodies; stale files are found; the
+result is what nbgrader's generate step makes of the same solution notebooks (nbgrader metadata included)."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from amp_lessons.tools import builder
+from amp_lessons.tools import builder, course
+
+ROOT = Path(__file__).resolve().parents[2]
+KNOWN = {"check_add": "99.1 add"}
 
 SOLUTION_CELL = textwrap.dedent(
     '''
@@ -21,8 +30,8 @@ SOLUTION_CELL = textwrap.dedent(
 def make_notebook(*sources):
     return {
         "cells": [
-            {"cell_type": "code", "source": s, "outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}],
-             "execution_count": 3, "metadata": {"scrolled": True}}
+            {"cell_type": "code", "source": s, "execution_count": 3, "metadata": {"scrolled": True},
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}]}
             for s in sources
         ],
         "metadata": {"kernelspec": {"name": "other"}},
@@ -54,21 +63,73 @@ def test_bad_regions_are_refused(bad, message):
 
 
 def test_exercise_is_clean_and_marked():
-    exercise = builder.build_exercise(make_notebook("import math", SOLUTION_CELL), "x.ipynb")
+    solution = make_notebook("import math", SOLUTION_CELL, "check_add(add)")
+    exercise = builder.build_exercise(solution, "x.ipynb", KNOWN)
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in exercise["cells"])
     assert exercise["metadata"]["kernelspec"]["name"] == "python3"
     assert exercise["metadata"]["amp_lessons"]["generated_from"] == "solutions/x.ipynb"
+    plain, solution, check = exercise["cells"]
+    assert "nbgrader" not in plain["metadata"]
+    assert solution["metadata"]["nbgrader"]["solution"] and solution["metadata"]["deletable"] is False
+    assert "editable" not in solution["metadata"], "the learner writes in the solution cell"
+    assert check["metadata"]["nbgrader"]["grade_id"] == "check_add"
+    assert check["metadata"]["nbgrader"]["points"] == 1
+    assert check["metadata"]["editable"] is False and check["metadata"]["deletable"] is False
+    assert check["metadata"]["nbgrader"]["checksum"] == course.checksum(check)
 
 
 def test_notebook_without_region_is_refused():
     with pytest.raises(builder.BuildError, match="give the answers away"):
-        builder.build_exercise(make_notebook("x = 1"), "x.ipynb")
+        builder.build_exercise(make_notebook("x = 1"), "x.ipynb", KNOWN)
 
 
-def test_build_and_stale_check(tmp_path):
+def test_metadata_that_contradicts_itself_is_refused():
+    notebook = make_notebook(SOLUTION_CELL, "check_add(add)")
+    course.mark_cells(notebook, KNOWN)
+    notebook["cells"][1]["metadata"]["nbgrader"]["grade_id"] = "answer_add"  # the solution cell's id
+    with pytest.raises(builder.BuildError, match="used twice"):
+        builder.build_exercise(notebook, "x.ipynb", KNOWN)
+    notebook["cells"][1]["metadata"]["nbgrader"].update(grade_id="check add", locked=False, grade=False)
+    with pytest.raises(builder.BuildError, match="letters, digits") as error:
+        builder.build_exercise(notebook, "x.ipynb", KNOWN)
+    assert "must be a locked, graded" in str(error.value) and "mark-solutions" in str(error.value)
+
+
+def test_mark_cells_changes_only_unmarked_solution_and_check_cells():
+    notebook = make_notebook("import math", SOLUTION_CELL, "check_add(add)", "check_add(add)  # again")
+    notebook["cells"][3]["metadata"]["nbgrader"] = course.check_metadata("kept_as_it_was", points=2)
+    assert course.mark_cells(notebook, KNOWN) == [1, 2]
+    ids = [course.grade_id(c) for c in notebook["cells"]]
+    assert ids == [None, "answer_add", "check_add", "kept_as_it_was"]
+    assert notebook["cells"][1]["metadata"]["scrolled"] is True, "other metadata untouched"
+    assert course.mark_cells(notebook, KNOWN) == []
+
+
+def test_mark_solutions_rewrites_only_what_lacks_metadata(tmp_path):
+    (tmp_path / "solutions").mkdir()
+    path = tmp_path / "solutions" / "01_demo.ipynb"
+    path.write_text(builder.dumps(make_notebook(SOLUTION_CELL, "check_add(add)")))
+    before = json.loads(path.read_text())
+    marked = builder.mark_solutions(tmp_path, KNOWN)
+    assert [(p.name, cells) for p, cells in marked] == [("01_demo.ipynb", [0, 1])]
+    after = json.loads(path.read_text())
+    for old, new in zip(before["cells"], after["cells"]):
+        for key in set(new) | set(old):
+            assert key == "metadata" or new.get(key) == old.get(key)
+        assert {k: v for k, v in new["metadata"].items() if k != "nbgrader"} == old["metadata"]
+    assert path.read_text().endswith("}\n") and builder.mark_solutions(tmp_path, KNOWN) == []
+
+
+def test_build_and_stale_check(tmp_path, monkeypatch):
+    monkeypatch.setattr(builder.registry, "declared_checks", lambda: KNOWN)
     (tmp_path / "solutions").mkdir()
     (tmp_path / "exercises").mkdir()
     (tmp_path / "solutions" / "01_demo.ipynb").write_text(json.dumps(make_notebook(SOLUTION_CELL)))
+    assert builder.stale_exercises(tmp_path) == [
+        "missing: exercises/01_demo.ipynb",
+        "nbgrader metadata missing in: solutions/01_demo.ipynb (run `python -m amp_lessons mark-solutions`)",
+    ]
+    builder.mark_solutions(tmp_path, KNOWN)
     assert builder.stale_exercises(tmp_path) == ["missing: exercises/01_demo.ipynb"]
     assert [p.name for p in builder.build(tmp_path)] == ["01_demo.ipynb"]
     assert builder.stale_exercises(tmp_path) == []
@@ -79,3 +140,29 @@ def test_build_and_stale_check(tmp_path):
         "out of date: exercises/01_demo.ipynb",
         "no solution notebook for: exercises/99_orphan.ipynb",
     ]
+
+
+def test_exercises_are_what_nbgrader_generates(tmp_path):
+    """The course's nbgrader_config.py and every solution notebook through `nbgrader generate_assignment`."""
+    pytest.importorskip("nbgrader", reason="nbgrader is for instructors: pip install -r requirements-dev.txt")
+    source = tmp_path / "course" / "source" / "mixed_precision"
+    shutil.copytree(ROOT / "solutions", source)
+    (tmp_path / "nbgrader_config.py").write_text(
+        f"load_subconfig({str(ROOT / 'nbgrader_config.py')!r})  # noqa: F821\n"
+        f"get_config().CourseDirectory.root = {str(tmp_path / 'course')!r}  # noqa: F821\n")
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # for alembic
+    run = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "mixed_precision"],
+                         cwd=tmp_path, env=dict(os.environ, PATH=path), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    released = sorted((tmp_path / "course" / "release" / "mixed_precision").glob("*.ipynb"))
+    assert [p.name for p in released] == sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
+    for path in released:
+        theirs = json.loads(path.read_text(encoding="utf-8"))
+        ours = builder.build_exercise(builder.read_notebook(source / path.name), path.name)
+        assert len(ours["cells"]) == len(theirs["cells"]), path.name
+        for index, (mine, nbgrader) in enumerate(zip(ours["cells"], theirs["cells"])):
+            where = f"{path.name}, cell {index}"
+            assert builder.cell_source(mine) == builder.cell_source(nbgrader), where
+            assert mine["metadata"] == nbgrader["metadata"] and set(mine) == set(nbgrader), where
+        assert {k: v for k, v in ours["metadata"].items() if k != "amp_lessons"} == theirs["metadata"]

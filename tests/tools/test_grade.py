@@ -1,80 +1,187 @@
-"""`python -m amp_lessons grade`: learners' notebooks run headless, one row per exercise, files untouched.
+"""`python -m amp_lessons grade`: check cells from the course's source, verdicts through the grader's channel,
+one worker per notebook, rows written as they finish, escaped output.
 
-The fixture folder ``tests/fixtures/grade_submissions/`` holds lesson 00's warm-up exercise
-(``check_autocast_matmul``) answered five ways, so these tests do not depend on lessons in progress:
-correct, untouched, wrong (casts by hand), hanging (an endless loop before the check), crashing (the
-kernel exits) and an error before the check; a corrupt (truncated) notebook is added at test time
-(ruff lints every committed ``.ipynb``, so a broken one cannot live in the repository).
+``tests/fixtures/grade_submissions/`` (written by its ``make_fixtures.py``) holds a one-exercise course
+(``source/00_warm_up.ipynb``: lesson 00's warm-up ``check_autocast_matmul`` with nbgrader metadata) and
+submissions made from its exercise, one folder per case: correct, untouched, wrong, hanging, crashing, an
+error before the check, two forgeries (the check cell edited into a print of the pass text; the check cell
+deleted, a print without metadata and writes to the progress record and the results file in its place) and a
+notebook that kills its grading process. Tests grade them with ``--source`` so they do not depend on lessons
+in progress.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
+import amp_lessons.checks.harness as harness
+from amp_lessons import record
 from amp_lessons.checks.l00_start import check_autocast_matmul
-from amp_lessons.tools import cli, grade
+from amp_lessons.tools import cli, course, grade, grade_worker, table
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "grade_submissions"
+SOURCE = FIXTURES / "source"
 WARM_UP = check_autocast_matmul.exercise
 TIMEOUT = 20  # seconds per notebook: the hanging one costs exactly this
+NOTEBOOK = "00_warm_up.ipynb"
 
 
 @pytest.fixture
 def submissions(tmp_path, monkeypatch):
     folder = tmp_path / "submissions"
-    shutil.copytree(FIXTURES, folder)
-    text = (folder / "correct.ipynb").read_text(encoding="utf-8")
-    cut = text.index("from amp_lessons.checks import check_autocast_matmul")
-    (folder / "corrupt.ipynb").write_text(text[:cut], encoding="utf-8")  # cut off mid-save, before its check
-    (folder / ".ipynb_checkpoints").mkdir()
-    (folder / ".ipynb_checkpoints" / "correct-checkpoint.ipynb").write_text(text, encoding="utf-8")  # ignored
+    shutil.copytree(FIXTURES / "learners", folder)
+    text = (folder / "correct" / NOTEBOOK).read_text(encoding="utf-8")
+    (folder / "corrupt").mkdir()
+    cut = text.index("check_autocast_matmul")
+    (folder / "corrupt" / NOTEBOOK).write_text(text[:cut], encoding="utf-8")  # cut off mid-save
+    (folder / "correct" / ".ipynb_checkpoints").mkdir()
+    (folder / "correct" / ".ipynb_checkpoints" / "00_warm_up-checkpoint.ipynb").write_text(text)  # ignored
     monkeypatch.chdir(tmp_path)
     return folder
 
 
-def test_grade_a_folder_of_submissions(submissions, tmp_path, capsys, private_progress):
-    before = {p.name: p.read_bytes() for p in submissions.glob("*.ipynb")}
-    csv = tmp_path / "out" / "grades.csv"
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
 
-    assert cli.main(["grade", "submissions", "--timeout", str(TIMEOUT), "--csv", str(csv)]) == 0
 
+def by_case(rows) -> dict:
+    return {Path(r["learner_file"]).parent.name: r for r in rows}
+
+
+def test_grade_a_folder_of_submissions(submissions, tmp_path, capsys, private_progress, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    before = {p: p.read_bytes() for p in submissions.rglob("*.ipynb")}
+    out = tmp_path / "out" / "grades.csv"
+
+    code = cli.main(["grade", "submissions", "--source", str(SOURCE), "--timeout", str(TIMEOUT),
+                     "--jobs", "2", "--csv", str(out)])
+
+    assert code == 0
     printed = capsys.readouterr().out
-    table = pd.read_csv(csv, keep_default_na=False)
-    assert list(table.columns) == grade.COLUMNS
-    rows = {Path(r.learner_file).name: r for r in table.itertuples()}
-    assert sorted(rows) == sorted(before), "one row per notebook (one exercise each), checkpoints skipped"
-    assert all(r.learner_file.startswith("submissions/") for r in table.itertuples())
+    rows = read_rows(out)
+    assert list(rows[0]) == grade.COLUMNS
+    cases = by_case(rows)
+    assert len(rows) == len(cases) == 10, "one row per notebook (one exercise each), checkpoints skipped"
+    assert all(r["learner_file"].startswith("submissions/") for r in rows)
 
-    def check(name, status, *words, exercise=WARM_UP):
-        row = rows[name]
-        assert (row.status, row.exercise) == (status, exercise), row
-        assert bool(row.passed) == (status == grade.PASSED), row
+    def check(case, status, *words, exercise=WARM_UP):
+        found = cases[case]
+        assert (found["status"], found["exercise"]) == (status, exercise), found
+        assert found["passed"] == str(status == grade.PASSED), found
         for word in words:
-            assert word in row.message, row
+            assert word in found["message"], found
 
-    check("correct.ipynb", "passed", "chosen by autocast")
-    check("untouched.ipynb", "not done", "NotImplementedError")
-    check("wrong.ipynb", "failed", "casts by hand")
-    check("hanging.ipynb", "timed out", f"stopped after {TIMEOUT} s in cell 2", "before this check ran")
-    check("crashing.ipynb", "kernel died", "kernel died in cell 2", "before this check ran")
-    check("error_before_check.ipynb", "not attempted", "never ran", "RuntimeError")
-    check("corrupt.ipynb", "unreadable", "not valid JSON", exercise=grade.WHOLE_NOTEBOOK)
-    assert rows["hanging.ipynb"].seconds < TIMEOUT + 15, "the hanging notebook was not stopped in time"
+    check("correct", "passed", "chosen by autocast")
+    check("untouched", "not done", "NotImplementedError")
+    check("wrong", "failed", "casts by hand")
+    check("hanging", "timed out", f"stopped after {TIMEOUT} s in cell 2", "before this check ran")
+    check("crashing", "kernel died", "kernel died in cell 2", "before this check ran")
+    check("error_before_check", "not attempted", "NameError", "first error: cell 2", "RuntimeError")
+    check("corrupt", "unreadable", "not valid JSON")
+    # forged: the course's check cell runs on the untouched stub whatever the learner printed or recorded
+    check("forged_print", "not done", "NotImplementedError")
+    check("forged_unmarked", "not done", "NotImplementedError")
+    check("kills_parent", "grader killed", "stopped its grading process", "in cell 2")
+    assert float(cases["hanging"]["seconds"]) < TIMEOUT + 15, "the hanging notebook was not stopped in time"
+    assert {r["exercise"] for r in rows} == {WARM_UP}, "an exercise label the course does not have is no row"
 
     # the learners' files are exactly as they were, and nothing was written next to them
-    assert {p.name: p.read_bytes() for p in submissions.glob("*.ipynb")} == before
-    assert sorted(p.name for p in submissions.iterdir()) == sorted([*before, ".ipynb_checkpoints"])
-    # grading kernels recorded into their own temporary files, not the instructor's record
+    assert {p: p.read_bytes() for p in submissions.rglob("*.ipynb")} == before
+    # grading kernels never touch the instructor's record (they record nowhere)
     assert not private_progress.exists()
+    assert list(scratch.iterdir()) == [], "grading left temporary folders behind"
 
-    assert "Per learner file:" in printed and f"Wrote {csv}" in printed
-    assert "submissions/correct.ipynb: 1 of 1 passed" in printed
-    assert "submissions/hanging.ipynb: 0 of 1 passed (timed out)" in printed
+    assert "Per learner file:" in printed and f"Wrote {out}" in printed
+    assert "submissions/correct/00_warm_up.ipynb: 1 of 1 passed" in printed
+    assert "submissions/hanging/00_warm_up.ipynb: 0 of 1 passed (timed out)" in printed
+
+
+SPY = r'''import json, os, subprocess, sys
+found = {"env": dict(os.environ), "parent": ""}
+try:
+    with open(f"/proc/{os.getppid()}/environ", "rb") as handle:
+        found["parent"] = handle.read().decode(errors="replace")
+except OSError as exc:
+    found["parent"] = f"refused: {exc}"
+with open(SPY_FILE, "w") as handle:
+    json.dump(found, handle)
+# a process that leaves the kernel's process group and keeps writing (it could rewrite the grades later)
+LOOP = "import time\nwhile True:\n    open(LATE_FILE, 'w').write(repr(time.time()))\n    time.sleep(0.2)"
+subprocess.Popen([sys.executable, "-c", LOOP], start_new_session=True)
+'''
+
+
+def test_a_notebook_cannot_read_secrets_or_outlive_its_grading(tmp_path, monkeypatch):
+    monkeypatch.setenv("INSTRUCTOR_SECRET", "hunter2")
+    correct = json.loads((FIXTURES / "learners" / "correct" / NOTEBOOK).read_text(encoding="utf-8"))
+    spy_file, late_file = tmp_path / "spy.json", tmp_path / "late.txt"
+    code = SPY.replace("SPY_FILE", repr(str(spy_file))).replace("LATE_FILE", repr(str(late_file)))
+    correct["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                "source": code})
+    (tmp_path / "spy").mkdir()
+    (tmp_path / "spy" / NOTEBOOK).write_text(json.dumps(correct))
+
+    rows = grade.grade([tmp_path / "spy"], timeout=TIMEOUT, sources=SOURCE)
+
+    assert [(r["status"], r["passed"]) for r in rows] == [("passed", True)]
+    found = json.loads(spy_file.read_text())
+    assert "INSTRUCTOR_SECRET" not in found["env"], "the kernel got the instructor's environment"
+    assert found["env"]["HOME"] != os.environ["HOME"] and "AMP_LESSONS_RESULTS_FILE" in found["env"]
+    assert "hunter2" not in found["parent"], "the worker (the kernel's parent) carried the secret"
+    assert late_file.exists(), "the detached process never ran"
+    last = late_file.read_text()
+    time.sleep(1.5)
+    assert late_file.read_text() == last, "a process the notebook started outlived its grading"
+
+
+def test_killed_or_interrupted_grader_keeps_every_finished_row(submissions, tmp_path):
+    """Ctrl-C, then a kill: the CSV holds the finished notebook's row and says the other was not graded."""
+    folder = tmp_path / "two"
+    for case in ("correct", "hanging"):
+        shutil.copytree(submissions / case, folder / case)
+    out = tmp_path / "grades.csv"
+    command = [sys.executable, "-m", "amp_lessons", "grade", str(folder), "--source", str(SOURCE),
+               "--timeout", "60", "--csv", str(out)]
+    for stop, code in ((signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)):
+        process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (out.exists() and "passed" in by_case(read_rows(out))
+                                                   .get("correct", {}).get("status", "")):
+            time.sleep(0.2)
+        process.send_signal(stop)
+        process.communicate(timeout=60)
+        assert process.returncode == code
+        cases = by_case(read_rows(out))
+        assert cases["correct"]["status"] == "passed"
+        assert cases["hanging"]["status"] == grade.NOT_GRADED
+        assert "run grade again" in cases["hanging"]["message"]
+        out.unlink()
+
+
+def test_bad_output_path_is_refused_before_grading(submissions, tmp_path, capsys):
+    (tmp_path / "folder.csv").mkdir()
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    for target, words in ((tmp_path / "folder.csv", "is a folder"), (blocked / "grades.csv", "cannot write"),
+                          (tmp_path / "x.ipynb", "names a notebook")):
+        assert cli.main(["grade", "submissions", "--csv", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Nothing was graded" in err
+    assert not (tmp_path / "x.ipynb").exists()
 
 
 def test_no_notebooks_is_an_error(tmp_path, capsys):
@@ -84,51 +191,98 @@ def test_no_notebooks_is_an_error(tmp_path, capsys):
 
 
 def test_find_notebooks_skips_checkpoints_and_keeps_missing_files(submissions):
-    found = grade.find_notebooks([submissions, submissions / "correct.ipynb", "nowhere.ipynb"])
-    names = [p.name for p in found]
-    assert "correct-checkpoint.ipynb" not in names
-    assert names.count("correct.ipynb") == 1 and names[-1] == "nowhere.ipynb"
-    rows = grade.grade_notebook("nowhere.ipynb", checkers={})
-    assert rows[0]["status"] == grade.UNREADABLE and "No such file" in rows[0]["message"]
+    found = grade.find_notebooks([submissions, submissions / "correct" / NOTEBOOK, "nowhere.ipynb"])
+    names = [str(p) for p in found]
+    assert not any("checkpoint" in name for name in names)
+    assert names.count(str(submissions / "correct" / NOTEBOOK)) == 1 and names[-1] == "nowhere.ipynb"
 
 
-def test_a_damaged_notebook_still_names_the_exercises_it_can(tmp_path):
-    text = (FIXTURES / "correct.ipynb").read_text(encoding="utf-8")
-    damaged = tmp_path / "damaged.ipynb"
-    damaged.write_text(text[: text.rindex("check_autocast_matmul(") + 40], encoding="utf-8")
-    rows = grade.grade_notebook(damaged)
-    assert [(r["exercise"], r["status"], r["passed"]) for r in rows] == [(WARM_UP, grade.UNREADABLE, False)]
-    assert "not valid JSON" in rows[0]["message"]
+def test_lesson_is_told_by_metadata_or_name_never_by_a_stray_number(tmp_path):
+    sources = {"01_precision_formats": tmp_path / "01.ipynb",
+               "06_checkpoint_and_rollback": tmp_path / "06.ipynb"}
+    tell = course.lesson_source
+    assert tell(Path("backup 06_12 lesson01.ipynb"), None, sources) is None
+    generated = {"metadata": {"amp_lessons": {"generated_from": "solutions/01_precision_formats.ipynb"}}}
+    assert tell(Path("backup 06_12 lesson01.ipynb"), generated, sources) == sources["01_precision_formats"]
+    assert tell(Path("alice_01_precision_formats.ipynb"), None, sources) == sources["01_precision_formats"]
+    assert tell(Path("06_mine.ipynb"), None, sources) == sources["06_checkpoint_and_rollback"]
+    assert tell(Path("notes.ipynb"), None, sources) is None
 
 
-def _notebook(*sources, metadata=None):
-    cells = [{"cell_type": "code", "source": s, "metadata": {}, "outputs": [], "execution_count": None} for s in sources]
-    return {"cells": cells, "metadata": metadata or {}, "nbformat": 4, "nbformat_minor": 4}
+def test_an_unknown_lesson_is_said_plainly(tmp_path):
+    (tmp_path / "notes.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4}))
+    rows = grade.grade([tmp_path / "notes.ipynb"], sources=SOURCE)
+    assert [(r["exercise"], r["status"]) for r in rows] == [(grade.WHOLE_NOTEBOOK, grade.UNKNOWN_LESSON)]
+    assert "00_warm_up.ipynb" in rows[0]["message"]
 
 
-def test_expected_exercises_come_from_the_solution_and_the_notebook(tmp_path, monkeypatch):
-    (tmp_path / "solutions").mkdir()
-    solution = _notebook("check_first(f)", "check_second(g)\ncheck_first(f)")
-    (tmp_path / "solutions" / "42_topic.ipynb").write_text(json.dumps(solution))
-    monkeypatch.setattr(grade, "repo_root", lambda: tmp_path)
-    checkers = {"check_first": "42.1 first", "check_second": "42.2 second", "check_extra": "42.3 extra"}
-
-    learner = _notebook("check_first(mine)")  # deleted the second check cell
-    assert grade.expected_exercises(Path("alice_42_topic.ipynb"), learner, checkers) == ["42.1 first", "42.2 second"]
-    by_metadata = _notebook(metadata={"amp_lessons": {"generated_from": "solutions/42_topic.ipynb"}})
-    assert grade.expected_exercises(Path("renamed.ipynb"), by_metadata, checkers) == ["42.1 first", "42.2 second"]
-    own = _notebook("check_extra(x)", "not_a_check(y)", "print(check_unknown)")
-    assert grade.expected_exercises(Path("notes.ipynb"), own, checkers) == ["42.3 extra"]
+def test_check_cells_are_restored_from_the_source():
+    source = json.loads((SOURCE / NOTEBOOK).read_text(encoding="utf-8"))
+    forged = json.loads((FIXTURES / "learners" / "forged_unmarked" / NOTEBOOK).read_text(encoding="utf-8"))
+    runnable, restored = course.restore_check_cells(forged, source)
+    [(index, identifier)] = restored.items()
+    assert identifier == "check_autocast_matmul" and index == 2, "put back right after the solution cell"
+    assert course.cell_source(runnable["cells"][index]) == course.cell_source(source["cells"][2])
+    assert len(runnable["cells"]) == len(forged["cells"]) + 1, "the learner's own cells stay"
+    edited = json.loads((FIXTURES / "learners" / "forged_print" / NOTEBOOK).read_text(encoding="utf-8"))
+    runnable, restored = course.restore_check_cells(edited, source)
+    assert "[PASS]" not in json.dumps(runnable) and list(restored) == [2]
 
 
-def test_results_can_be_read_from_outputs():
-    result = check_autocast_matmul(None)
-    notebook = _notebook("check(x)", "print(check(y))")
-    notebook["cells"][0]["outputs"] = [{"output_type": "execute_result", "data": {"text/plain": str(result)}}]
-    notebook["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "[PASS] Passed — 01.1 x\nGood.\n"}]
-    found = grade.results_from_outputs(notebook)
-    assert found[WARM_UP]["last_status"] == "failed" and "got None" in found[WARM_UP]["last_message"]
-    assert found["01.1 x"]["passed"] and found["01.1 x"]["last_message"] == "Good."
+def test_verdicts_count_only_from_the_restored_check_cell(tmp_path):
+    results = tmp_path / "results.jsonl"
+    verdicts = grade_worker.Verdicts(results)
+    line = {"exercise": WARM_UP, "passed": True, "status": "passed", "message": "forged"}
+    results.write_text(json.dumps(line) + "\n")
+    verdicts.take(())  # written during a learner's cell: read past, never counted
+    results.write_text(results.read_text() + json.dumps(dict(line, passed=False, status="not done",
+                                                             message="real")) + "\n{half a line")
+    verdicts.take([WARM_UP])
+    assert verdicts.found[WARM_UP]["message"] == "real"
+
+
+def test_the_harness_reports_to_the_grader_only_when_asked(tmp_path, monkeypatch):
+    results = tmp_path / "results.jsonl"
+    check_autocast_matmul(None)
+    assert not results.exists()
+    monkeypatch.setenv(record.RESULTS_FILE_VARIABLE, str(results))
+    with harness.demonstration():
+        check_autocast_matmul(None)  # a lesson's demonstration is never a verdict
+    assert not results.exists()
+    check_autocast_matmul(None)
+    [line] = results.read_text().splitlines()
+    assert json.loads(line)["exercise"] == WARM_UP and json.loads(line)["passed"] is False
+
+
+def test_under_nbgrader_a_check_that_does_not_pass_raises(monkeypatch):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert harness.strict_mode() == "1"
+    with pytest.raises(AssertionError):
+        check_autocast_matmul(None)
+    monkeypatch.setenv("AMP_LESSONS_STRICT", "")  # an explicit setting wins
+    assert harness.strict_mode() == ""
+
+
+def test_worker_statuses_match_the_harness():
+    for name in ("PASSED", "FAILED", "NOT_DONE", "CHECKER_BUG"):
+        assert getattr(grade_worker, name) == getattr(harness, name)
+
+
+def test_cells_are_safe_for_terminals_and_spreadsheets():
+    assert table.safe_text("\x1b[31mred\x1b[0m\x07 \u202eevil\nline") == "red\\x07 \\u202eevil line"
+    assert table.csv_cell('=HYPERLINK("http://x","y")') == '\'=HYPERLINK("http://x","y")'
+    assert table.csv_cell("-1 + 2") == "'-1 + 2" and table.csv_cell(1.5) == 1.5
+    text = table.csv_text([grade_worker.row("=cmd|' /C calc'!A0", WARM_UP, "failed", "\x1b[2Jboom", 1.0)])
+    assert "\x1b" not in text and "'=cmd" in text
+
+
+def test_summary_text():
+    rows = [grade_worker.row("a.ipynb", "00 x", "passed", "fine", 1.0),
+            grade_worker.row("a.ipynb", "00 y", "failed", "m" * 200, 1.0),
+            grade_worker.row("b.ipynb", grade.WHOLE_NOTEBOOK, "unreadable", "broken", 0.0)]
+    text = grade.summary(rows)
+    assert "a.ipynb: 1 of 2 passed (1 passed, 1 failed; 1.0 s)" in text
+    assert "b.ipynb: 0 of 0 passed (1 unreadable" in text
 
 
 def test_checkers_carry_their_exercise_label():
@@ -137,16 +291,3 @@ def test_checkers_carry_their_exercise_label():
     known = registry.declared_checks()
     assert known["check_autocast_matmul"] == WARM_UP
     assert all(name.startswith("check_") for name in known)
-
-
-def test_summary_text():
-    table = pd.DataFrame([
-        grade._row("a.ipynb", "00 x", "passed", "fine", 1.0),
-        grade._row("a.ipynb", "00 y", "failed", "m" * 200, 1.0),
-        grade._row("b.ipynb", grade.WHOLE_NOTEBOOK, "unreadable", "broken", 0.0),
-    ], columns=grade.COLUMNS)
-    text = grade.summary(table)
-    assert "a.ipynb: 1 of 2 passed (1 passed, 1 failed; 1.0 s)" in text
-    assert "b.ipynb: 0 of 0 passed (1 unreadable" in text
-    assert "m" * 200 not in text and "..." in text
-    assert grade.summary(table.iloc[0:0]) == "No notebooks graded."

@@ -1,4 +1,5 @@
-"""`python -m amp_lessons progress`: each known exercise as passed / attempted (last message) / not started."""
+"""`python -m amp_lessons progress` and the record it reads: each known exercise as passed / attempted (last
+message) / not started; concurrent checks lose no attempt; malformed entries are repaired or set aside."""
 
 import json
 import re
@@ -16,7 +17,8 @@ def test_known_exercises_come_from_the_checkers_in_lesson_order():
     known = progress.known_exercises()
     assert WARM_UP in known
     assert known == sorted(known, key=progress.exercise_sort_key)
-    assert sorted(["01.10 b", "01.2 a", "00 z", "02.1 c"], key=progress.exercise_sort_key) == ["00 z", "01.2 a", "01.10 b", "02.1 c"]
+    labels = sorted(["01.10 b", "01.2 a", "00 z", "02.1 c"], key=progress.exercise_sort_key)
+    assert labels == ["00 z", "01.2 a", "01.10 b", "02.1 c"]
 
 
 def test_summarize_states(private_progress):
@@ -26,12 +28,14 @@ def test_summarize_states(private_progress):
     record.record("99 retired", False, "failed", "from an older course version")
     rows = {r["exercise"]: r for r in progress.summarize(known=["00 a", "00 b", "00 c"])}
     assert list(rows) == ["00 a", "00 b", "00 c", "99 retired"]
-    assert rows["00 a"]["state"] == "passed" and rows["00 a"]["attempts"] == 2 and rows["00 a"]["first_passed"]
+    assert rows["00 a"]["state"] == "passed" and rows["00 a"]["attempts"] == 2
+    assert rows["00 a"]["first_passed"]
     assert rows["00 b"]["state"] == "attempted" and rows["00 b"]["last_status"] == "not done"
     assert rows["00 c"]["state"] == "not started" and rows["00 c"]["attempts"] == 0
     assert rows["99 retired"]["state"] == "attempted"
     text = progress.format_summary(list(rows.values()))
-    assert re.search(r"^00 b +attempted \(1 attempt, last: not done\)\n +Not done yet: still raises", text, re.M)
+    assert re.search(r"^00 b +attempted \(1 attempt, last: not done\)\n +Not done yet: still raises", text,
+                     re.M)
     assert re.search(r"^00 c +not started$", text, re.M)
     assert text.endswith("1 of 4 exercises passed, 2 attempted, 1 not started.")
 
@@ -83,6 +87,55 @@ def test_another_learners_record_and_switched_off(tmp_path, monkeypatch, capsys)
 
 
 def test_module_entry_point(private_progress):
-    run = subprocess.run([sys.executable, "-m", "amp_lessons", "progress"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "amp_lessons", "progress"], capture_output=True, text=True,
+                         timeout=120)
     assert run.returncode == 0, run.stderr
     assert "nothing recorded yet" in run.stdout and WARM_UP in run.stdout
+
+
+RECORD_MANY = """
+import sys
+from pathlib import Path
+from amp_lessons import record
+
+path, who = Path(sys.argv[1]), sys.argv[2]
+for attempt in range(25):
+    passed = attempt == 24 and who == "b"
+    record.record("00 shared", passed, "passed" if passed else "failed", who, path=path)
+    record.record(f"00 only {who}", False, "failed", str(attempt), path=path)
+"""
+
+
+def test_two_processes_recording_at_once_keep_every_attempt(tmp_path):
+    path = tmp_path / "progress.json"
+    runs = [subprocess.Popen([sys.executable, "-c", RECORD_MANY, str(path), who]) for who in ("a", "b")]
+    assert [run.wait(timeout=120) for run in runs] == [0, 0]
+    exercises = json.loads(path.read_text())["exercises"]
+    assert exercises["00 shared"]["attempts"] == 50, "an attempt was lost"
+    assert exercises["00 shared"]["passed"] is True, "a pass recorded during another write was erased"
+    assert exercises["00 only a"]["attempts"] == exercises["00 only b"]["attempts"] == 25
+
+
+def test_malformed_entries_are_repaired_or_set_aside(private_progress, capsys):
+    private_progress.write_text(json.dumps({"version": 1, "exercises": {
+        "00 counted as text": {"attempts": "3", "passed": False, "last_message": ["not", "text"]},
+        "00 passed as text": {"attempts": 1, "passed": "yes"},
+        "00 not an object": [1, 2],
+        "00 fine": {"attempts": 2, "passed": True}}}))
+    warnings = []
+    data = record.load(warn=warnings.append)
+    assert data["exercises"]["00 counted as text"]["attempts"] == 3
+    assert data["exercises"]["00 counted as text"]["last_message"] == '["not", "text"]'
+    assert "00 passed as text" not in data["exercises"] and "00 not an object" not in data["exercises"]
+    assert len(warnings) == 2 and all("set aside" in w for w in warnings)
+
+    assert cli.main(["progress"]) == 0  # the summary shows the repaired record, with the warnings
+    out = capsys.readouterr().out
+    assert "warning: The progress record" in out and "'passed' is 'yes'" in out
+
+    record.record("00 counted as text", True, "passed", "ok")  # recording goes on, keeping what was set aside
+    saved = json.loads(private_progress.read_text())
+    assert saved["exercises"]["00 counted as text"]["attempts"] == 4
+    assert saved["exercises"]["00 fine"] == {"attempts": 2, "passed": True}
+    assert {entry["exercise"] for entry in saved["set_aside"]} == {"00 passed as text", "00 not an object"}
+    assert saved["set_aside"][0]["entry"] is not None and saved["set_aside"][0]["reason"]

@@ -1,0 +1,39 @@
+"""nbgrader configuration for the course "Mixed Precision, Validated" (docs/instructor_guide.md: the steps).
+
+Run nbgrader's own commands from this folder (the course's folder); JupyterLab's formgrader finds this file
+when JupyterLab is started here (``make instructor``). The nbgrader course lives in ``course/``:
+
+    course/source/mixed_precision  -> ../../solutions  (the single source: nbgrader metadata marks the cells)
+    course/release/ submitted/ autograded/ feedback/ gradebook.db    (written by nbgrader, not committed)
+
+One assignment, ``mixed_precision``, holds the seven exercise notebooks; each check is a locked, graded cell
+worth one point. A workshop on one shared machine or JupyterHub needs the exchange folder (``Exchange.root``,
+default ``/srv/nbgrader/exchange``) to exist and be writable by everyone:
+``sudo mkdir -p /srv/nbgrader/exchange && sudo chmod ugo+rwx /srv/nbgrader/exchange``.
+Set ``AMP_LESSONS_COURSE_ID`` to run two courses on one exchange.
+"""
+
+import os
+
+c = get_config()  # noqa: F821  (traitlets defines get_config while it reads this file)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+c.CourseDirectory.course_id = os.environ.get("AMP_LESSONS_COURSE_ID", "mixed-precision-validated")
+c.CourseDirectory.root = os.path.join(HERE, "course")
+
+# generate_assignment: the same stub the course's exercise builder writes, so exercises/ and nbgrader's
+# release are the same notebooks (tests/tools/test_builder.py runs nbgrader and compares).
+STUB = 'raise NotImplementedError("Exercise: replace this line with your code")'  # = amp_lessons builder.STUB
+c.ClearSolutions.code_stub = {"python": STUB}
+c.ClearSolutions.enforce_metadata = True
+c.GenerateAssignment.create_assignment = True
+
+# autograde: check cells come from the source, never from the learner's copy; a deleted one is put back.
+# Under nbgrader a check that does not pass raises (see amp_lessons.checks.harness.strict_mode): 0 points.
+c.OverwriteCells.add_missing_cells = True
+c.Autograde.create_student = True
+c.Execute.timeout = 120  # seconds per cell; each lesson's checks answer in a few seconds on a laptop CPU
+
+# collect: with one account per learner (JupyterHub, a lab of machines) nbgrader warns ("cheating attempt?")
+# when a submission's files belong to another account than the learner it names. Read collect's log.
+c.ExchangeCollect.check_owner = True
