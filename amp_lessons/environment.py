@@ -251,7 +251,9 @@ class Environment:
 
     def summary_line(self) -> str:
         dtypes = ", ".join(dtype_name(d) for d in self.autocast_dtypes) or "none"
-        where = self.device_name if self.is_gpu else "CPU only (no GPU visible): numerics are real, speed-ups are not"
+        where = self.device_name if self.is_gpu else (
+            "CPU only (no GPU visible): each value rounds as it would on a GPU, but op results can differ from a "
+            "GPU's in the last bits, and speed-ups are not measured here")
         return f"Running on {self.device} ({where}); autocast dtypes that work here: {dtypes}."
 
     def __str__(self) -> str:
