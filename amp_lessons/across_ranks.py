@@ -68,14 +68,15 @@ def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=LR)
 
 
-def make_scaler(device: torch.device, dtype) -> torch.amp.GradScaler:
-    """One scaler per run, created once; disabled (a no-op) for FP32 and for bfloat16.
+def make_scaler(device: torch.device, dtype, enabled: bool | None = None) -> torch.amp.GradScaler:
+    """One scaler per run, created once; by default disabled (a no-op) for FP32 and for bfloat16, which has
+    float32's range and needs no loss scaling (``enabled=True`` keeps it on, to show its skip decision).
 
     ``growth_interval=20``: the scale doubles after every 20 clean steps, so at the checkpoint (step 30) it
     is 2**17, not the 2**16 a fresh scaler starts with: the scaler state visibly matters for the resume.
     """
-    return torch.amp.GradScaler(device.type, init_scale=2.0**16, growth_interval=20,
-                                enabled=dtype == torch.float16)
+    enabled = dtype == torch.float16 if enabled is None else enabled
+    return torch.amp.GradScaler(device.type, init_scale=2.0**16, growth_interval=20, enabled=enabled)
 
 
 def training_set(device="cpu"):

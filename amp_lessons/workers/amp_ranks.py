@@ -32,7 +32,8 @@ class Context:
     def __init__(self, out_dir: str):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.backend = dist.get_backend()
-        self.device = torch.device(f"cuda:{self.rank}" if self.backend == "nccl" else "cpu")
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))  # the GPU on this machine; RANK counts all
+        self.device = torch.device(f"cuda:{local_rank}" if self.backend == "nccl" else "cpu")
         self.dtype = recipe.amp_dtype(self.device)
         self.out_dir = out_dir
 
@@ -79,7 +80,7 @@ def spike_section(ctx: Context) -> dict:
 
     model.register_comm_hook(None, recording_hook)
     optimizer = recipe.make_optimizer(model)
-    scaler = recipe.make_scaler(ctx.device, ctx.dtype)
+    scaler = recipe.make_scaler(ctx.device, ctx.dtype, enabled=True)  # on even for bfloat16: its decision
     records = []
 
     def after_step(step, seen):
