@@ -38,6 +38,8 @@ import hashlib
 import io
 import os
 import random
+import re
+import sys
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,6 +60,7 @@ __all__ = [
     "FileCalls",
     "PARTS",
     "SECTIONS",
+    "SimulatedCrash",
     "SimulatedDiskFull",
     "atomic_torch_save",
     "capture_rng",
@@ -71,6 +74,7 @@ __all__ = [
     "recorded_file_calls",
     "restore_rng",
     "save_checkpoint",
+    "simulated_crash_before_move",
     "simulated_failed_write",
     "state_fingerprint",
     "validate_run_objects",
@@ -290,12 +294,24 @@ def save_checkpoint(path, model, optimizer, scaler, step: int, config) -> str:
 
 
 def load_error_line(exc: BaseException) -> str:
-    """The informative line of a torch.load error (for weights_only refusals: the offending global)."""
+    """The informative line of a torch.load error: for a weights_only refusal, the object it refused.
+
+    torch's message opens with a hint to retry with ``weights_only=False`` (which would run whatever the file
+    asks for); the useful part is the refused GLOBAL further down, worded differently by torch version:
+    "Unsupported global: GLOBAL torch.nn.modules.linear.Linear was not an allowed global by default" (a class
+    the allow-list lacks) or "Trying to load unsupported GLOBAL posix.system whose module posix is blocked"
+    (torch 2.14, a blocked module). This returns that part (the refused name and, when given, the reason),
+    never the hint.
+    """
     text = str(exc)
-    marker = text.find("Unsupported global")
-    if marker >= 0:
-        return text[marker:].splitlines()[0].split(" was not")[0]
-    return (text.strip().splitlines() or [type(exc).__name__])[0]
+    match = re.search(r"(Unsupported global: )?GLOBAL [\w.]+( whose module [\w.]+ is blocked)?", text)
+    if match:
+        return match.group(0) if match.group(1) else "unsupported " + match.group(0)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    informative = [line for line in lines if "weights_only" not in line and "trust" not in line
+                   and not line.startswith("Check the documentation")]
+    chosen = (informative or lines or [type(exc).__name__])[0]
+    return chosen.split("WeightsUnpickler error: ", 1)[-1]
 
 
 def read_checkpoint(path, expect_format: str = FORMAT) -> dict:
@@ -406,8 +422,11 @@ class FileCalls:
     """What a block of code did with checkpoint files (filled by :func:`recorded_file_calls`)."""
 
     saves: list = field(default_factory=list)  # torch.save targets: absolute paths (None: an unnamed buffer)
-    moves: list = field(default_factory=list)  # (source, destination) of os.replace/os.rename, absolute
+    moves: list = field(default_factory=list)  # (source, destination) of every rename, absolute
     loads: list = field(default_factory=list)  # the keyword arguments of each torch.load call
+    movers: list = field(default_factory=list)  # per move: "os.replace", "os.rename" or "a rename" (unknown)
+    removes: list = field(default_factory=list)  # absolute paths given to os.remove/os.unlink
+    calling: str = ""  # the os function being called right now, so a move knows who made it
 
 
 def _absolute(target):
@@ -419,9 +438,36 @@ def _absolute(target):
     return os.path.abspath(os.fsdecode(target))
 
 
+# Renames and removes are seen through Python's audit events ("os.rename" for os.rename, os.replace, pathlib
+# and shutil.move; "os.remove" for os.remove and os.unlink), however the code reached the function (a
+# `from os import replace` binds the function itself, which no attribute patch reaches). The hook is added
+# once and does nothing unless a block below has put a listener on _LISTENERS.
+_LISTENERS: list = []
+_HOOKED = []
+
+
+def _dispatch(event: str, args: tuple) -> None:
+    if _LISTENERS and event in ("os.rename", "os.remove"):
+        for listener in reversed(list(_LISTENERS)):  # innermost block first: a simulated crash wins
+            listener(event, args)
+
+
+@contextlib.contextmanager
+def _listening(listener):
+    if not _HOOKED:
+        sys.addaudithook(_dispatch)
+        _HOOKED.append(True)
+    _LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _LISTENERS.remove(listener)
+
+
 @contextlib.contextmanager
 def recorded_file_calls():
-    """Inside this block every torch.save target, os.replace/os.rename move and torch.load call is recorded.
+    """Inside this block every torch.save target, rename (os.replace, os.rename, pathlib, shutil.move), remove
+    (os.remove, os.unlink) and torch.load call is recorded.
 
     How a save reaches its file tells atomic from not: torch.save straight into the checkpoint's path is not;
     a temporary file in the same folder, then moved over the path by os.replace, is.
@@ -437,18 +483,29 @@ def recorded_file_calls():
         calls.loads.append(dict(kwargs))
         return real[2](f, *args, **kwargs)
 
-    def recorded(move):
-        def recorded_move(src, dst, *args, **kwargs):
-            calls.moves.append((_absolute(src), _absolute(dst)))
-            return move(src, dst, *args, **kwargs)
+    def named(name, move):
+        def named_move(src, dst, *args, **kwargs):
+            calls.calling = name
+            try:
+                return move(src, dst, *args, **kwargs)
+            finally:
+                calls.calling = ""
 
-        return recorded_move
+        return named_move
+
+    def listen(event, args):
+        if event == "os.rename":
+            calls.moves.append((_absolute(args[0]), _absolute(args[1])))
+            calls.movers.append(calls.calling or "a rename")
+        else:
+            calls.removes.append(_absolute(args[0]))
 
     torch.save = torch.serialization.save = save
     torch.load = torch.serialization.load = load
-    os.replace, os.rename = recorded(real[4]), recorded(real[5])
+    os.replace, os.rename = named("os.replace", real[4]), named("os.rename", real[5])
     try:
-        yield calls
+        with _listening(listen):
+            yield calls
     finally:
         (torch.save, torch.serialization.save, torch.load, torch.serialization.load,
          os.replace, os.rename) = real
@@ -484,3 +541,30 @@ def simulated_failed_write(fraction: float = 0.5):
         yield
     finally:
         torch.save, torch.serialization.save = real_save, real_serialization_save
+
+
+class SimulatedCrash(BaseException):
+    """What :func:`simulated_crash_before_move` raises where the process would have died.
+
+    A BaseException, like the KeyboardInterrupt or SystemExit that end a process: ``finally`` blocks and
+    ``except BaseException`` run, ``except OSError`` fallbacks (such as shutil.move's copy) do not.
+    """
+
+
+@contextlib.contextmanager
+def simulated_crash_before_move():
+    """Inside this block every rename (os.replace, os.rename, pathlib, shutil.move) fails before doing
+    anything, as if the process died right before the final rename of a save.
+
+    Whatever the save did before that moment stays done. With ``os.replace(temporary, path)`` that is nothing
+    visible: the old checkpoint is still at ``path``. With ``os.remove(path)`` followed by
+    ``os.rename(temporary, path)`` the old checkpoint is already gone and the new one never arrives: a crash
+    between the two calls leaves no checkpoint at all.
+    """
+
+    def crash(event, args):
+        if event == "os.rename":
+            raise SimulatedCrash("process killed right before the rename (simulated)")
+
+    with _listening(crash):
+        yield

@@ -14,11 +14,14 @@ for, and then reported as a change.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from amp_lessons.checkpoint import (
@@ -32,8 +35,12 @@ from amp_lessons.checkpoint import (
     restore_rng,
     validate_run_objects,
 )
+from amp_lessons.environment import dtype_name, probe_autocast
+from amp_lessons.models import SensorClassifier, sensor_readings
+from amp_lessons.training import train_step
 
-__all__ = ["Resumed", "bitwise_report", "load_checkpoint"]
+__all__ = ["Resumed", "bitwise_report", "bitwise_summary", "load_checkpoint", "probe_config", "probe_dtype",
+           "probe_run", "probe_steps"]
 
 
 def _tensor_of(value, numel: int) -> bool:
@@ -312,6 +319,27 @@ def bitwise_report(reference, resumed, reference_losses, resumed_losses):
     return pd.DataFrame(rows, columns=["compared", "shape", "torch.equal", "max |difference|"])
 
 
+def bitwise_summary(report):
+    """:func:`bitwise_report` in at most one row per part: model, each kind of optimizer state, GradScaler,
+    losses. ``torch.equal`` is True for a part only when it holds for every row of that part."""
+    import pandas as pd
+
+    part = report["compared"].str.split(":").str[0]
+    grouped = report.groupby(part, sort=False)
+
+    def label(name, rows) -> str:
+        if len(rows) == 1:
+            return rows["compared"].iloc[0]
+        items = rows["compared"].str.split(": ", n=1).str[1]
+        return f"{name}: {len(rows)} tensors" if name == "model" else f"{name}: {', '.join(items)}"
+
+    return pd.DataFrame({
+        "compared": [label(name, rows) for name, rows in grouped],
+        "torch.equal": grouped["torch.equal"].all().tolist(),
+        "max |difference|": grouped["max |difference|"].max().tolist(),
+    })
+
+
 def _tensor_row(what: str, a: torch.Tensor, b: torch.Tensor) -> tuple:
     """``(what, shape, torch.equal, max |difference|)`` for two tensors (NaN when the shapes differ)."""
     a, b = a.detach().cpu(), b.detach().cpu()
@@ -346,3 +374,53 @@ def _optimizer_rows(opt_a: Mapping, opt_b: Mapping) -> list:
 
 def _in_step_order(losses) -> list:
     return [losses[k] for k in sorted(losses)] if isinstance(losses, Mapping) else list(losses)
+
+
+# ------------------------------------------------------------------------ a run that consumes every generator
+
+PROBE_BATCH = 32
+
+
+@functools.lru_cache(maxsize=1)
+def probe_dtype() -> torch.dtype:
+    """float16 where CPU autocast runs it, else bfloat16: the probe run's autocast dtype."""
+    return torch.float16 if probe_autocast(torch.device("cpu"), torch.float16)[0] else torch.bfloat16
+
+
+def probe_config() -> dict:
+    return {"dtype": dtype_name(probe_dtype()), "fp32_regions": ["head"], "max_norm": 1.0, "lr": 0.003}
+
+
+def probe_run(seed: int):
+    """Model, optimizer and scaler as a run would create them (different ``seed``s give different weights).
+
+    A resume proof needs a run where every part matters within a few steps: dropout (torch's RNG), AdamW's
+    moving averages, and a GradScaler with ``growth_interval=4``, so within 6 steps the scale grows once and
+    the tracker reads 2: a scaler that was not restored (scale 1024, tracker 0) is told apart from one that
+    was.
+    """
+    torch.manual_seed(seed)
+    model = SensorClassifier(in_features=8, hidden=16, dropout=0.3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.003)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=4)
+    return model, optimizer, scaler
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_data():
+    return sensor_readings(128, seed=5, in_features=8, scale=1.0)
+
+
+def probe_steps(model, optimizer, scaler, steps: int) -> list:
+    """Train ``steps`` steps of the probe run; every step draws from Python's, NumPy's and torch's RNG."""
+    readings, labels = _probe_data()
+    losses = []
+    for _ in range(steps):
+        order = list(range(len(readings)))
+        random.shuffle(order)  # Python RNG: data order
+        index = torch.tensor(order[:PROBE_BATCH])
+        noise = np.random.normal(0.0, 0.05, size=(PROBE_BATCH, readings.shape[1])).astype(np.float32)
+        inputs = readings[index] + torch.from_numpy(noise)  # NumPy RNG: augmentation; dropout: torch RNG
+        losses.append(train_step(model, optimizer, scaler, torch.nn.functional.cross_entropy, inputs,
+                                 labels[index], dtype=probe_dtype(), max_norm=1.0))
+    return losses

@@ -7,11 +7,13 @@ tolerance you choose, which samples are at risk, which actually changed, and whe
 the at-risk zone (a sign that some score moved by more than the tolerance you assumed).
 
 Widget logic lives in plain functions (:func:`risk_view`, :func:`risk_summary`) that tests call without a
-browser; :func:`tolerance_explorer` only wires them to ipywidgets.
+browser; :func:`tolerance_explorer` only wires them to ipywidgets. :func:`short_table` keeps a table to the
+rows that matter (10 by default) and puts the rest behind a toggle, so no output is a wall of rows.
 """
 
 from __future__ import annotations
 
+import html
 import math
 
 import pandas as pd
@@ -19,9 +21,47 @@ import pandas as pd
 from amp_lessons.criteria import validate_tolerance
 from amp_lessons.validation import Report
 
-__all__ = ["FLOOR", "at_risk", "margin_plot", "risk_summary", "risk_view", "tolerance_explorer"]
+__all__ = ["FLOOR", "ShortTable", "at_risk", "margin_plot", "risk_summary", "risk_view", "short_table",
+           "tolerance_explorer"]
 
 FLOOR = 1e-12  # where zeros are drawn on the log axes
+
+
+class ShortTable:
+    """A table shown with its first ``rows`` rows; in Jupyter the whole table sits behind a toggle below them.
+
+    Order the frame so that the rows that matter come first (e.g. changed decisions). ``.frame`` is the whole
+    table, for code and for ``.to_csv(...)``.
+    """
+
+    def __init__(self, frame: pd.DataFrame, rows: int = 10, title: str = "all rows"):
+        self.frame, self.rows, self.title = frame, rows, title
+
+    @property
+    def hidden(self) -> int:
+        return max(0, len(self.frame) - self.rows)
+
+    def __repr__(self) -> str:
+        text = self.frame.head(self.rows).to_string() + "\n" if self.rows else ""
+        if self.hidden:
+            more = f"... and {self.hidden} more row(s) " if self.rows else ""
+            text += f"{more}({self.title}: .frame holds all {len(self.frame)})"
+        return text.rstrip("\n")
+
+    def _repr_html_(self) -> str:
+        shown = self.frame.head(self.rows).to_html() if self.rows else ""
+        if not self.hidden:
+            return shown
+        more = f"{self.hidden} more row(s): " if self.rows else ""
+        return (f"{shown}<details><summary>{more}show {html.escape(self.title)} ({len(self.frame)} rows)"
+                f"</summary>{self.frame.to_html()}</details>")
+
+
+def short_table(frame: pd.DataFrame, rows: int = 10, title: str = "all rows") -> ShortTable:
+    """``frame`` shown with at most ``rows`` rows, the rest behind a toggle (see :class:`ShortTable`)."""
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"short_table expects a pandas DataFrame; got {type(frame).__name__}.")
+    return ShortTable(frame, rows, title)
 
 
 def at_risk(table: pd.DataFrame, tolerance: float) -> pd.DataFrame:
@@ -150,7 +190,7 @@ def tolerance_explorer(reports: dict, tolerance: float = 1e-2):
         summary = risk_summary(reports[name].table, tol)
         print(f"{len(table)} sample(s) at risk (margin < 2 x {tol:.2g}); "
               f"{int(summary['changed but not at risk'].sum())} changed decision outside the at-risk zone.")
-        display(table)
+        display(short_table(table, title="all at-risk samples, smallest margin first"))
 
     out = widgets.interactive_output(show, {"name": trial, "tol": slider})
     return widgets.VBox([widgets.HBox([trial, slider]), out])

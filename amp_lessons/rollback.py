@@ -65,8 +65,11 @@ class Watchdog:
       :class:`~amp_lessons.criteria.Criteria`) or below a plain ``min_quality``;
     - **no updates**: the scaler skipped ``max_skipped_in_a_row`` steps in a row. A skip shows as the scale
       going *down* after ``scaler.update()`` (it backs off exactly when it found inf/NaN gradients). A few
-      skips at the start of a run are normal (the scale backs off to fit); a long streak means training has
-      stopped.
+      skips at the start of a run are normal (the scale backs off to fit). A sudden overflow, such as a loss
+      multiplied by 1e4, costs a streak of about log2(factor) halvings and then heals by itself; a fault that
+      no scale fixes (a gradient that is NaN at any scale) never ends its streak. Set the limit above the
+      halvings a legitimate overflow needs, or the watchdog rolls back runs that would have recovered (lesson
+      06, section 7b).
     """
 
     def __init__(self, *, criteria=None, min_quality: float | None = None, max_skipped_in_a_row: int = 6):

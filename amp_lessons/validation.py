@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from amp_lessons.criteria import Criteria, judge_quality, validate_tolerance
+from amp_lessons.environment import float32_matmul_settings
 
 ABSTAIN = -1
 
@@ -161,13 +162,22 @@ def accuracy(decisions, labels) -> float:
 
 @dataclass
 class Baseline:
-    """The FP32 reference outputs: scores, decisions and margins per sample, and quality on the set."""
+    """The FP32 reference outputs: scores, decisions and margins per sample, and quality on the set.
+
+    ``float32_settings`` records whether "FP32" really was FP32 when the reference was computed: on
+    NVIDIA GPUs since Ampere, ``torch.backends.cuda.matmul.allow_tf32`` (or a
+    ``torch.get_float32_matmul_precision()`` of 'high', or 'medium' which also allows bfloat16) lets
+    float32 matmuls run in TF32, with about 1e-3 relative error instead of 1e-7, and
+    ``torch.backends.cudnn.allow_tf32`` does the same for convolutions. A reference computed that way is not
+    an FP32 reference; the record says so next to the scores.
+    """
 
     scores: torch.Tensor
     decisions: torch.Tensor
     margins: torch.Tensor
     quality: float
     table: pd.DataFrame
+    float32_settings: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         quality = "not judged (no labels)" if math.isnan(self.quality) else f"{self.quality:.1%}"
@@ -176,7 +186,8 @@ class Baseline:
 
 def record_baseline(scores, *, labels=None, ids=None, categories=None,
                     tie_tolerance: float = 0.0) -> Baseline:
-    """Record the FP32 reference; stop with :class:`NonFiniteReferenceError` when any score is NaN/inf."""
+    """Record the FP32 reference and the float32 matmul settings it was computed under (see
+    :class:`Baseline`); stop with :class:`NonFiniteReferenceError` when any score is NaN/inf."""
     tensor = as_scores(scores, "reference", allow_empty=False)
     if isinstance(scores, torch.Tensor) and scores.dtype != torch.float32:
         raise ValueError(f"The reference must be computed in float32 (outside autocast); got {scores.dtype}.")
@@ -199,7 +210,7 @@ def record_baseline(scores, *, labels=None, ids=None, categories=None,
         labels_t = torch.as_tensor(labels).reshape(-1).long()
         table["label"] = labels_t.tolist()
         quality = accuracy(decisions, labels_t)
-    return Baseline(tensor, decisions, reference_margins, quality, table)
+    return Baseline(tensor, decisions, reference_margins, quality, table, float32_matmul_settings())
 
 
 # ------------------------------------------------------------------------------------------------ report

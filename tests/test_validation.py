@@ -394,3 +394,56 @@ def test_tolerance_explorer_builds_and_reacts():
 
 def test_report_type():
     assert isinstance(compare(torch.zeros(1, 2), torch.zeros(1, 2), atol=0.0, rtol=0.0), Report)
+
+
+# -------------------------------------------------------------------------------- opened in the lesson
+
+
+def test_notebook_two_level_judge_agrees_with_compare():
+    """Lesson 04 shows the two levels as a plain function, two_level_judge(); on the same inputs (NaN, inf,
+    float16 and bfloat16 trials, exact ties, tie tolerances) its table equals compare()'s, column by
+    column."""
+    from notebook_code import load_function
+
+    two_level_judge = load_function("notebooks/04_baseline_and_decision_boundary.ipynb", "two_level_judge")
+    generator = torch.Generator().manual_seed(15)
+    for case in range(60):
+        reference = torch.round(torch.randn(12, 4, generator=generator) * 8) / 8
+        trial = reference + torch.randn(12, 4, generator=generator) / 16
+        trial[case % 12, case % 4] = (NAN, INF, -INF, 0.0)[case % 4]
+        trial = trial.to((torch.float32, torch.float16, torch.bfloat16)[case % 3])
+        atol, rtol, tie = (0.05, 0.0, 0.0), (0.01, 0.01, 0.25), (0.1, 0.05, 0.5)
+        tolerances = dict(atol=atol[case % 3], rtol=rtol[case % 3], tie_tolerance=tie[case % 3])
+        mine = two_level_judge(reference, trial, **tolerances)
+        package = compare(reference, trial, **tolerances).table
+        pd.testing.assert_frame_equal(mine, package[list(mine.columns)])
+
+
+def test_baseline_records_whether_fp32_was_fp32():
+    from amp_lessons.environment import float32_matmul_settings
+
+    baseline = record_baseline(torch.tensor([[2.0, 0.0]]))
+    assert baseline.float32_settings == float32_matmul_settings()
+    assert set(baseline.float32_settings) == {"torch.get_float32_matmul_precision()",
+                                              "torch.backends.cuda.matmul.allow_tf32",
+                                              "torch.backends.cudnn.allow_tf32"}
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert record_baseline(torch.tensor([[2.0, 0.0]])).float32_settings[
+            "torch.get_float32_matmul_precision()"] == "high"
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def test_short_table_shows_at_most_ten_rows_and_keeps_the_rest():
+    from amp_lessons.risk import short_table
+
+    frame = pd.DataFrame({"x": range(25)})
+    shown = short_table(frame, title="every row")
+    assert repr(shown).count("\n") == 11 and "15 more row(s)" in repr(shown)
+    assert "<details>" in shown._repr_html_() and shown._repr_html_().count("<tr") == 11 + 26
+    assert shown.frame is frame and "<details>" not in short_table(frame.head(4))._repr_html_()
+    assert repr(short_table(frame, rows=0, title="all")) == "(all: .frame holds all 25)"
+    with pytest.raises(TypeError):
+        short_table([1, 2])

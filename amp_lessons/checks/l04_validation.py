@@ -41,6 +41,21 @@ _DECIDE_CASES = [
     (_t([[1.0, 1.0003]]), 1e-3, [-1],
      "Scores [1.0, 1.0003] with tie_tolerance=0.001 have margin 0.0003 < 0.001, so the row must abstain "
      "(-1). Does your function use tie_tolerance?"),
+    (_t([[1.0, 0.875 + 2**-12]]), 0.125, [-1],
+     "The margin 1.0 - 0.875244 = 0.124756 is below tie_tolerance=0.125, so the row must abstain (-1). "
+     "Compare the exact margin with the tolerance: rounding it (to 3 decimals 0.124756 becomes 0.125) moves "
+     "near-ties across the line, and near-ties are exactly the rows the rule is for."),
+    (_t([[1.0 - 2**-20, 0.0]]), 1.0, [-1],
+     "The margin 0.99999905 is below tie_tolerance=1.0 (by 2**-20, about 1e-6), so the row must abstain "
+     "(-1). torch.isclose (and numpy.isclose) call the two numbers equal, because they allow a relative "
+     "difference of 1e-5: the rule is the strict comparison `margin < tie_tolerance`, with no slack."),
+    (_t([[1.0, 1.0 + 2**-20, 0.0]]), 0.0, [1],
+     "Scores 1.0 and 1.00000095 are not a tie: the larger one wins (index 1). Only exactly equal top scores "
+     "are a tie (torch.argmax gives those to the lowest index); torch.isclose would call these two equal."),
+    (_t([[1000.0, 0.0625]], torch.float16), 1000.0, [-1],
+     "float16 scores [1000.0, 0.0625] have margin 999.9375, below tie_tolerance=1000, so the row must "
+     "abstain (-1). Computed in float16, 1000 - 0.0625 rounds to 1000 (float16's spacing near 1000 is 0.5): "
+     "convert the scores to float32 first (`scores.float()`, exact) and take the margin there."),
     (_t([[5.0, 4.9, 0.0], [0.0, 5.0, 4.9]]), 0.5, [-1, -1],
      "The margin is the top score minus the RUNNER-UP (second largest in the row, e.g. torch.topk(scores, "
      "2)), not minus the smallest score and not column 0 minus column 1: [5.0, 4.9, 0.0] and [0.0, 5.0, "
@@ -114,14 +129,17 @@ DECIDE_MISTAKES = (
 )
 
 
-def _call_case(fn, args, mistake: str):
-    """Call the learner on one named case; an error there is reported with the case's explanation."""
+def _call_case(fn, args, case: str, mistake: str, first: bool):
+    """Call the learner on one named case. A problem there is reported as what it is (an error, a wrong
+    signature, not a function): on the first, plainest case nothing else is said, since it has nothing to do
+    with the case (a typo such as `torch.isfinte` fails there); on a later case, where the error comes from
+    what that case tests, the message adds the case and what it tests."""
     try:
         return call_learner(fn, *args)
     except LearnerProblem as problem:
-        if problem.result.status == NOT_DONE:
+        if problem.result.status == NOT_DONE or first:
             raise
-        stop(f"{mistake}\n{problem.result.message}")
+        stop(f"{problem.result.message}\nIt raised only on this case: {case}. What the case tests: {mistake}")
 
 
 def _as_decisions(got, n: int, what: str) -> torch.Tensor:
@@ -160,9 +178,10 @@ def _decide_random_rows(decide_fn):
 @checker("04.1 decide with a tie rule")
 def check_decide(decide_fn):
     """``decide_fn(scores, tie_tolerance) -> LongTensor [N]`` per the rules of exercise 04.1."""
-    for scores, tolerance, expected, case_mistake in _DECIDE_CASES:
+    for number, (scores, tolerance, expected, case_mistake) in enumerate(_DECIDE_CASES):
         given = scores.clone()  # the learner gets a copy: the cases must survive an in-place mistake
-        got = _call_case(decide_fn, (given, tolerance), case_mistake)
+        case = _case_text(scores, tolerance)
+        got = _call_case(decide_fn, (given, tolerance), case, case_mistake, number == 0)
         got = _as_decisions(got, scores.shape[0], _case_text(scores, tolerance))
         changed = not torch.allclose(given.float(), scores.float(), rtol=0, atol=0, equal_nan=True)
         answer = DecideAnswer(scores, tolerance, expected, got.tolist(), case_mistake, changed)
@@ -276,6 +295,10 @@ _JUDGE_CASES = [
      _crit(atol=0.1, tie_rule="abstain", tie_tolerance=0.1),
      "Decide with the criteria's tie rule, `decide(scores, criteria.tie_tolerance)`: margins 0.05 < 0.1 "
      "make both rows abstain (-1), so no decision changed."),
+    ("accuracy, not agreement", "quality", _t([[2.0, 0.0], [2.0, 0.0]]), _t([[2.0, 0.0], [2.0, 0.0]]), [0, 1],
+     _crit(min_quality=0.75),
+     "'quality' is accuracy against the LABELS, not agreement with the reference: the trial agrees with the "
+     "reference on every row, but row 1 is labelled 1 and both decide 0, so accuracy is 50 % < 75 %."),
     ("quality ignores unlabelled rows", "quality", _t([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0]]),
      _t([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0]]), [0, -1, 1], _crit(min_quality=1.0),
      "Label -1 means 'no correct answer': leave those rows out of the accuracy. Here both labelled rows "
@@ -284,6 +307,22 @@ _JUDGE_CASES = [
      [0, 1], _crit(atol=0.1, tie_rule="abstain", tie_tolerance=0.1, min_quality=0.75),
      "An abstention (-1) is not the right answer: accuracy is 1 of 2 labelled rows = 50 % < 75 %, so "
      "'quality' fails."),
+    ("quality of the trial's decisions", "quality", _t([[2.0, 0.0], [0.0, 2.0]]),
+     _t([[0.0, 2.0], [0.0, 2.0]]), [0, 1], _crit(atol=3.0, allowed_decision_changes=1, min_quality=0.75),
+     "'quality' is the TRIAL's accuracy: the trial changed row 0 to class 1 (label 0), so it gets 1 of 2 "
+     "labelled rows right, 50 % < 75 %. Take it from decide(trial, ...): the reference's decisions never "
+     "change, so a quality computed from them could never fail."),
+    ("a float16 trial", "numeric", _t([[1.0, 1.0003, 0.0]]), _t([[1.0, 1.0003, 0.0]], torch.float16), [1],
+     _crit(atol=1e-4),
+     "The trial is float16 and stores 1.0003 as 1.0: |1.0 - 1.0003| = 0.0003 > atol=0.0001 fails 'numeric' "
+     "(and the decision changed, 1 -> 0). Compare in float32: convert the TRIAL up (`trial.float()`, exact). "
+     "Casting the reference down (`reference.to(trial.dtype)`, e.g. to satisfy torch.allclose, which refuses "
+     "mixed dtypes) rounds away exactly the difference you are measuring."),
+    ("a bfloat16 trial", "passed", _t([[3.0, 1.0], [0.5, 2.0]]),
+     _t([[3.01, 1.0], [0.5, 2.0]], torch.bfloat16), [0, 1], _crit(atol=0.02, min_quality=1.0),
+     "A bfloat16 trial (3.01 is stored as 3.015625) within atol=0.02 everywhere, with the same decisions and "
+     "100 % quality, passes every level. bfloat16 tensors convert to float32 exactly (`trial.float()`); "
+     "NumPy has no bfloat16 (`.numpy()` fails on it)."),
     ("no minimum quality", "quality", _t([[0.0, 2.0]]), _t([[0.0, 2.0]]), [0], _crit(),
      "With min_quality=None quality is not judged: 'quality' must be True even though the only labelled "
      "row is wrong."),
@@ -382,6 +421,7 @@ def _judge_random_trials(judge_trial):
     for trial_number in range(12):
         reference = torch.round(torch.randn(6, 3, generator=generator) * 8) / 8
         trial = reference + torch.round(torch.randn(6, 3, generator=generator)) / 16
+        trial = trial.to((torch.float32, torch.float16, torch.bfloat16)[trial_number % 3])  # may round
         labels = torch.randint(-1, 3, (6,), generator=generator)
         criteria = _crit(atol=(0.0625, 0.125)[trial_number % 2], rtol=0.0625 * (trial_number % 3),
                          min_quality=(None, 0.5)[trial_number % 2],
@@ -398,9 +438,11 @@ def _judge_random_trials(judge_trial):
 @checker("04.3 judge a trial against the criteria")
 def check_judge_trial(judge_trial):
     """``judge_trial(reference, trial, labels, criteria) -> {finite, numeric, decision, quality, passed}``."""
-    for name, target, reference, trial, labels, criteria, case_mistake in _JUDGE_CASES:
+    for number, (name, target, reference, trial, labels, criteria, case_mistake) in enumerate(_JUDGE_CASES):
         args = (reference.clone(), trial.clone(), torch.tensor(labels), criteria)
-        got = _as_verdict(_call_case(judge_trial, args, f"Case '{name}': {case_mistake}"), name)
+        case = (f"case '{name}', reference {reference.tolist()}, trial {trial.tolist()} "
+                f"({dtype_name(trial.dtype)}), labels {labels}")
+        got = _as_verdict(_call_case(judge_trial, args, case, case_mistake, number == 0), name)
         want = _oracle(reference, trial, labels, criteria)
         answer = JudgeAnswer(name, target, case_mistake, reference, trial, labels, criteria, got, want)
         mistake = first_mistake(JUDGE_MISTAKES, answer)

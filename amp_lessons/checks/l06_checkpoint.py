@@ -25,22 +25,21 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import os
-import random
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import torch
 
 from amp_lessons.checkpoint import (
+    SimulatedCrash,
     SimulatedDiskFull,
     capture_rng,
     load_error_line,
     preserved_rng,
     recorded_file_calls,
+    simulated_crash_before_move,
     simulated_failed_write,
 )
 from amp_lessons.checks.harness import (
@@ -54,13 +53,11 @@ from amp_lessons.checks.harness import (
     passed,
 )
 from amp_lessons.checks.mistakes import Mistake, first_mistake, name_mistake
-from amp_lessons.environment import dtype_name, probe_autocast, seed_everything
-from amp_lessons.models import SensorClassifier, sensor_readings
-from amp_lessons.training import train_step
+from amp_lessons.environment import seed_everything
+from amp_lessons.resume import probe_config, probe_dtype, probe_run, probe_steps
 
 STEPS_BEFORE = 6
 STEPS_AFTER = 6
-BATCH = 32
 SENTINELS = {
     "notes.txt": b"learner notes: do not touch\n",
     "older_run.pt": b"an older checkpoint the learner keeps\n" * 20,
@@ -68,48 +65,9 @@ SENTINELS = {
 }
 
 
-# ----------------------------------------------------------------------------------------- the training
-
-
-@functools.lru_cache(maxsize=1)
-def _dtype() -> torch.dtype:
-    return torch.float16 if probe_autocast(torch.device("cpu"), torch.float16)[0] else torch.bfloat16
-
-
-def _config() -> dict:
-    return {"dtype": dtype_name(_dtype()), "fp32_regions": ["head"], "max_norm": 1.0, "lr": 0.003}
-
-
-def _fresh(seed: int):
-    """Model, optimizer and scaler as a run would create them (different ``seed``s give different weights)."""
-    torch.manual_seed(seed)
-    model = SensorClassifier(in_features=8, hidden=16, dropout=0.3)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.003)
-    # growth_interval=4: within 6 steps the scale grows once and the tracker reads 2, so a scaler that was
-    # not restored (scale 1024, tracker 0) is told apart from one that was.
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=4)
-    return model, optimizer, scaler
-
-
-@functools.lru_cache(maxsize=1)
-def _data():
-    return sensor_readings(128, seed=5, in_features=8, scale=1.0)
-
-
-def _run(model, optimizer, scaler, steps: int) -> list:
-    """Train ``steps`` steps; every step draws from Python's, NumPy's and torch's RNG."""
-    readings, labels = _data()
-    losses = []
-    for _ in range(steps):
-        order = list(range(len(readings)))
-        random.shuffle(order)  # Python RNG: data order
-        index = torch.tensor(order[:BATCH])
-        noise = np.random.normal(0.0, 0.05, size=(BATCH, readings.shape[1])).astype(np.float32)
-        noise = torch.from_numpy(noise)
-        inputs = readings[index] + noise  # NumPy RNG: augmentation; dropout inside the model: torch RNG
-        losses.append(train_step(model, optimizer, scaler, torch.nn.functional.cross_entropy, inputs,
-                                 labels[index], dtype=_dtype(), max_norm=1.0))
-    return losses
+# The run a resume is judged on: amp_lessons.resume's probe run (every step draws from Python's, NumPy's and
+# torch's generators; a GradScaler whose scale grows within 6 steps).
+_dtype, _config, _fresh, _run = probe_dtype, probe_config, probe_run, probe_steps
 
 
 # ------------------------------------------------------------------------------------------- scaffolding
@@ -165,6 +123,8 @@ class SaveSeen:
     moves: list = field(default_factory=list)
     outcome: str = ""
     error: str = ""
+    movers: list = field(default_factory=list)  # "os.replace" / "os.rename", one per move
+    removes: list = field(default_factory=list)  # paths given to os.remove/os.unlink
 
     @property
     def name(self) -> str:
@@ -183,6 +143,12 @@ class SaveSeen:
     @property
     def arrivals(self) -> list:
         return [(src, dst) for src, dst in self.moves if dst == os.path.abspath(self.path)]
+
+    @property
+    def arrived_by(self) -> str:
+        """The function that moved the file onto ``path`` last ("os.replace" unless os.rename was seen)."""
+        movers = [m for (_, dst), m in zip(self.moves, self.movers) if dst == os.path.abspath(self.path)]
+        return movers[-1] if movers else "os.replace"
 
 
 def _touched_message(s: SaveSeen) -> str:
@@ -285,10 +251,31 @@ INTERRUPTED_SAVE_MISTAKES = (
 )
 
 
-def _call_failing_save(save_checkpoint, args) -> tuple[str, str]:
-    """Call the learner's save while torch.save fails halfway: ``(outcome, error)`` for :class:`SaveSeen`."""
+# The save stopped right before its final rename (the process dies there): the old checkpoint must survive.
+CRASH_BEFORE_MOVE_MISTAKES = (
+    Mistake("removed the old checkpoint before the rename", lambda s: s.name not in s.after, lambda s: (
+        "A crash between two calls leaves no checkpoint: when the save was stopped right before its final "
+        "rename, `path` was already gone, because your save removes the old checkpoint first"
+        + (" (os.remove(path))" if os.path.abspath(s.path) in s.removes else "")
+        + " and renames the new file into place after. os.replace(temporary, path) swaps the new file in "
+        "with one atomic call that overwrites the old one: do not remove `path` yourself.")),
+    Mistake("changed the old checkpoint before the rename", lambda s: s.after[s.name] != s.before[s.name],
+            "When the save was stopped right before its final rename, the previous checkpoint at `path` had "
+            "already been changed. Nothing may touch `path` until the single os.replace(temporary, path) "
+            "that puts the finished file there."),
+    Mistake("hid the failed rename", lambda s: s.outcome == "returned",
+            "save_checkpoint hid a failed rename: os.replace was interrupted, but your function returned "
+            "normally (a bare `except:` catches even the end of the process). Let the error propagate (after "
+            "removing the temporary file), so the loop knows this checkpoint was not written."),
+)
+
+
+def _call_failing_save(save_checkpoint, args, failure=simulated_failed_write,
+                       error=SimulatedDiskFull) -> tuple[str, str]:
+    """Call the learner's save while ``failure()`` makes it fail (by default torch.save halfway, with
+    ``error``): ``(outcome, error text)`` for :class:`SaveSeen`."""
     try:
-        with simulated_failed_write():
+        with failure():
             save_checkpoint(*args)
     except NotImplementedError:
         raise LearnerProblem(not_done("`save_checkpoint`")) from None
@@ -297,7 +284,7 @@ def _call_failing_save(save_checkpoint, args) -> tuple[str, str]:
     except BaseException as exc:
         seen, link = set(), exc
         while link is not None and id(link) not in seen:
-            if isinstance(link, SimulatedDiskFull):
+            if isinstance(link, error):
                 return "raised", ""
             seen.add(id(link))
             link = link.__cause__ or link.__context__
@@ -315,7 +302,8 @@ def check_save_checkpoint(save_checkpoint):
         before = _listing(folder)
         with recorded_file_calls() as calls:
             call_learner(save_checkpoint, path, model, optimizer, scaler, 3, _config())
-        seen = SaveSeen(path, before, _listing(folder), sorted(os.listdir(cwd)), calls.saves, calls.moves)
+        seen = SaveSeen(path, before, _listing(folder), sorted(os.listdir(cwd)), calls.saves, calls.moves,
+                        movers=calls.movers)
         mistake = first_mistake(SAVE_MISTAKES, seen)
         if mistake:
             return failed(mistake.text(seen))
@@ -323,17 +311,37 @@ def check_save_checkpoint(save_checkpoint):
         if problem is not None:
             return problem
 
-        # The interrupted save: torch.save writes part of the bytes, then fails like a full disk.
-        previous = _listing(folder)
-        outcome, error = _call_failing_save(save_checkpoint, (path, model, optimizer, scaler, 4, _config()))
-        interrupted = SaveSeen(path, previous, _listing(folder), outcome=outcome, error=error)
-        mistake = first_mistake(INTERRUPTED_SAVE_MISTAKES, interrupted)
-        if mistake:
-            return failed(mistake.text(interrupted))
-    return passed("Atomic and tidy: the checkpoint arrives by os.replace from a temporary file next to "
-                  "it, an interrupted save leaves the previous checkpoint byte for byte intact and no stray "
-                  "file, nothing else in the folder is touched, and torch.load(weights_only=True) accepts "
-                  "the file. (The check worked in a temporary folder it has deleted.)")
+        # Two failures: torch.save writes part of the bytes, then fails like a full disk; the process dies
+        # right before the final rename. The previous checkpoint must come out of both intact.
+        failures = ((simulated_failed_write, SimulatedDiskFull, INTERRUPTED_SAVE_MISTAKES),
+                    (simulated_crash_before_move, SimulatedCrash, CRASH_BEFORE_MOVE_MISTAKES))
+        for failure, error, rules in failures:
+            previous = _listing(folder)
+            with recorded_file_calls() as failing_calls:
+                outcome, text = _call_failing_save(save_checkpoint, (path, model, optimizer, scaler, 4,
+                                                                     _config()), failure, error)
+            interrupted = SaveSeen(path, previous, _listing(folder), outcome=outcome, error=text,
+                                   removes=failing_calls.removes)
+            mistake = first_mistake(rules, interrupted)
+            if mistake:
+                return failed(mistake.text(interrupted))
+    return passed(_save_passed_message(seen.arrived_by))
+
+
+def _save_passed_message(mover: str) -> str:
+    """The pass message, naming the call that really moved the file (os.replace, os.rename, or a rename)."""
+    how = "the checkpoint arrives by os.replace from a temporary file next to it"
+    if mover not in ("os.replace", "os.rename"):  # a function imported by name: the audit event says rename
+        how = ("the checkpoint arrives by one rename (os.replace or os.rename) from a temporary file next to "
+               "it")
+    elif mover == "os.rename":
+        how = ("the checkpoint arrives by os.rename (shutil.move and Path.rename call it) from a temporary "
+               "file next to it; on Linux and macOS that replaces the old file atomically too, but on "
+               "Windows os.rename refuses to overwrite an existing file, so os.replace is the portable call")
+    return (f"Atomic and tidy: {how}, an interrupted save leaves the previous checkpoint byte for byte "
+            "intact and no stray file, nothing else in the folder is touched, and "
+            "torch.load(weights_only=True) accepts the file. (The check worked in a temporary folder it has "
+            "deleted.)")
 
 
 # ------------------------------------------------------------------------------------------------ 06.2

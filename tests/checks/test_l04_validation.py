@@ -389,3 +389,203 @@ def test_each_judge_rule_recognises_its_case(name):
     assert words in rule.text(answer) and "Case 'a case'" in rule.text(answer)
     assert first_mistake(l04.JUDGE_MISTAKES, judge_answer()) is None
     assert set(JUDGE_RULE_CASES) == {rule.name for rule in l04.JUDGE_MISTAKES}
+
+
+# ------------------------------------------- correct answers written differently, and more natural mistakes
+
+
+def _decide_sorted(scores, tie_tolerance):
+    s = scores.double()  # float64: exact for every input dtype
+    if s.shape[0] == 0:
+        return torch.empty(0, dtype=torch.long)
+    finite = torch.isfinite(s).all(dim=1)
+    s = torch.where(finite.unsqueeze(1), s, torch.zeros_like(s))
+    ordered = torch.sort(s, dim=1, descending=True, stable=True).values
+    margin = ordered[:, 0] - ordered[:, 1] if s.shape[1] > 1 else torch.full((s.shape[0],), INF)
+    decision = s.argmax(dim=1)
+    decision[~finite | (margin < tie_tolerance)] = -1
+    return decision
+
+
+def _decide_loop(scores, tie_tolerance):
+    out = []
+    for row in scores.float().tolist():  # a Python loop over rows: slow in general, fine for a few rows
+        if not all(math.isfinite(v) for v in row):
+            out.append(-1)
+            continue
+        best = max(range(len(row)), key=lambda i: (row[i], -i))
+        rest = sorted(row, reverse=True)
+        margin = rest[0] - rest[1] if len(row) > 1 else INF
+        out.append(-1 if margin < tie_tolerance else best)
+    return torch.tensor(out, dtype=torch.long)
+
+
+def _decide_numpy(scores, tie_tolerance):
+    s = scores.float().numpy()
+    if s.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    finite = np.isfinite(s).all(axis=1)
+    s = np.where(finite[:, None], s, 0.0)
+    top = np.sort(s, axis=1)[:, ::-1]
+    margin = top[:, 0] - top[:, 1] if s.shape[1] > 1 else np.full(s.shape[0], np.inf)
+    decision = np.where(~finite | (margin < tie_tolerance), -1, np.argmax(s, axis=1))
+    return torch.from_numpy(decision.astype(np.int64))
+
+
+def _decide_masked_max(scores, tie_tolerance):
+    s = scores.float()
+    n, c = s.shape
+    finite = torch.isfinite(s).all(dim=1)
+    s = torch.where(finite.unsqueeze(1), s, torch.zeros_like(s))
+    top, winner = s.max(dim=1) if n else (torch.zeros(0), torch.zeros(0, dtype=torch.long))
+    others = s.scatter(1, winner.unsqueeze(1), -INF) if c > 1 else torch.full_like(s, -INF)
+    runner_up = others.max(dim=1).values if n else torch.zeros(0)
+    abstain = ~finite | (top < runner_up + tie_tolerance)  # margin < tolerance, written as a sum
+    return torch.where(abstain, -1, winner)
+
+
+@pytest.mark.parametrize("variant", [_decide_sorted, _decide_loop, _decide_numpy, _decide_masked_max])
+def test_decide_checker_accepts_correct_variants(variant):
+    result = check_decide(variant)
+    assert result.passed, result.message
+
+
+def _decide_with(margin_rule=None, tie_rule=None, keep_dtype=False):
+    """The solution with one natural change to how the margin or the winner is taken."""
+
+    def decide_fn(scores, tie_tolerance):
+        s = scores if keep_dtype else scores.float()
+        n, c = s.shape
+        if n == 0:
+            return torch.zeros(0, dtype=torch.long)
+        finite = torch.isfinite(s).all(dim=1)
+        s = torch.where(finite.unsqueeze(1), s, torch.zeros_like(s))
+        winner = s.argmax(dim=1) if tie_rule is None else tie_rule(s)
+        top2 = s.topk(2, dim=1).values if c > 1 else None
+        margin = top2[:, 0] - top2[:, 1] if c > 1 else torch.full((n,), INF)
+        abstain = margin < tie_tolerance if margin_rule is None else margin_rule(margin, tie_tolerance)
+        return torch.where(~finite | abstain, torch.full_like(winner, -1), winner)
+
+    return decide_fn
+
+
+def _isclose_tie(s):
+    near_top = torch.isclose(s, s.max(dim=1, keepdim=True).values)  # "equal enough" counts as a tie
+    return near_top.float().argmax(dim=1)
+
+
+def _typo_decide(scores, tie_tolerance):
+    finite = torch.isfinte(scores).all(dim=1)  # noqa: F841  (a typo: isfinte)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (_decide_with(margin_rule=lambda m, t: torch.round(m, decimals=3) < t), "rounding it"),
+    (_decide_with(margin_rule=lambda m, t: (m < t) & ~torch.isclose(m, torch.full_like(m, t))),
+     "torch.isclose (and numpy.isclose) call the two numbers equal"),
+    (_decide_with(tie_rule=_isclose_tie), "are not a tie"),
+    (_decide_with(keep_dtype=True), "Computed in float16"),
+])
+def test_decide_checker_names_new_mistakes(wrong, words):
+    result = check_decide(wrong)
+    assert not result.passed and result.status != NOT_DONE
+    assert words in result.message, result.message
+
+
+def test_decide_checker_reports_an_error_first():
+    result = check_decide(_typo_decide)
+    assert result.message.startswith("`_typo_decide` raised an error: AttributeError"), result.message
+    assert "isfinte" in result.message and "\n" not in result.message  # the error, and nothing unrelated
+    single = check_decide(_no_single_class_case)  # raises only on one case: the error, then that case
+    first, rest = single.message.split("\n", 1)
+    assert "raised an error" in first and "It raised only on this case" in rest and "single class" in rest
+
+
+def _judge_variant(*, allclose=False, double=False, package_accuracy=False):
+    from amp_lessons.validation import accuracy
+
+    def judge_trial(reference, trial, labels, criteria):
+        dtype = torch.float64 if double else torch.float32
+        ref, tri = reference.to(dtype), trial.to(dtype)
+        finite = bool(torch.isfinite(tri).all()) or criteria.nonfinite == "allow"
+        if allclose:
+            numeric = torch.allclose(tri, ref, rtol=criteria.rtol, atol=criteria.atol)
+        else:
+            numeric = bool(torch.isclose(tri, ref, rtol=criteria.rtol, atol=criteria.atol).all())
+        ref_d, tri_d = decide(ref, criteria.tie_tolerance), decide(tri, criteria.tie_tolerance)
+        decision = int((ref_d != tri_d).sum()) <= criteria.allowed_decision_changes
+        quality = True
+        if criteria.min_quality is not None:
+            if package_accuracy:
+                value = accuracy(tri_d, labels)
+            else:
+                keep = labels >= 0
+                value = float((tri_d[keep] == labels[keep]).double().mean()) if keep.any() else NAN
+            quality = value >= criteria.min_quality
+        verdict = {"finite": finite, "numeric": numeric, "decision": decision, "quality": bool(quality)}
+        return {**verdict, "passed": all(verdict.values())}
+
+    return judge_trial
+
+
+@pytest.mark.parametrize("variant", [_judge_variant(allclose=True), _judge_variant(double=True),
+                                     _judge_variant(package_accuracy=True)])
+def test_judge_trial_checker_accepts_correct_variants(variant):
+    result = check_judge_trial(variant)
+    assert result.passed, result.message
+
+
+def _judge_mistake(kind):
+    good = judge_solution()
+
+    def judge_trial(reference, trial, labels, criteria):
+        if kind == "reference cast down":  # e.g. to please torch.allclose, which refuses mixed dtypes
+            return good(reference.to(trial.dtype), trial, labels, criteria)
+        verdict = good(reference, trial, labels, criteria)
+        if criteria.min_quality is not None:
+            ref_d, tri_d = decide(reference, criteria.tie_tolerance), decide(trial, criteria.tie_tolerance)
+            keep = labels >= 0
+            if kind == "quality from the reference":
+                value = float((ref_d[keep] == labels[keep]).float().mean())
+            else:  # "agreement": how often the trial agrees with the reference
+                value = float((tri_d == ref_d).float().mean())
+            verdict["quality"] = value >= criteria.min_quality
+            verdict["passed"] = all(verdict[k] for k in ("finite", "numeric", "decision", "quality"))
+        return verdict
+
+    return judge_trial
+
+
+def _judge_numpy(reference, trial, labels, criteria):
+    return judge_solution()(reference, torch.from_numpy(trial.numpy()), labels, criteria)  # no bfloat16
+
+
+def _judge_mixed_allclose(reference, trial, labels, criteria):
+    verdict = judge_solution()(reference, trial, labels, criteria)
+    verdict["numeric"] = torch.allclose(trial, reference, atol=criteria.atol, rtol=criteria.rtol)
+    return verdict
+
+
+def _typo_judge(reference, trial, labels, criteria):
+    return {"finite": bool(torch.isfinte(trial).all())}
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (_judge_mistake("quality from the reference"), "'quality' is the TRIAL's accuracy"),
+    (_judge_mistake("agreement"), "not agreement with the reference"),
+    (_judge_mistake("reference cast down"), "Casting the reference down"),
+    (_judge_numpy, "NumPy has no bfloat16"),
+    (_judge_mixed_allclose, "convert the TRIAL up"),
+])
+def test_judge_trial_checker_names_new_mistakes(wrong, words):
+    result = check_judge_trial(wrong)
+    assert not result.passed and result.status != NOT_DONE
+    assert words in result.message, result.message
+
+
+def test_judge_trial_checker_reports_an_error_first():
+    result = check_judge_trial(_typo_judge)
+    first = result.message.split("\n")[0]
+    assert first.startswith("`_typo_judge` raised an error: AttributeError") and "isfinte" in first
+    assert "\n" not in result.message and "Case '" not in result.message
+    mixed = check_judge_trial(_judge_mixed_allclose).message
+    assert mixed.startswith("`_judge_mixed_allclose` raised an error") and "'a float16 trial'" in mixed

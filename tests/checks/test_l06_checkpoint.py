@@ -433,3 +433,163 @@ def test_each_run_rule_recognises_its_case(name):
                                          (torch.tensor([6, 6]), None)])
 def test_as_step_reads_whole_numbers_only(value, step):
     assert l06._as_step(value) == step
+
+
+# ------------------------------------------- correct answers written differently, and more natural mistakes
+
+
+def save_with_pathlib(path, model, optimizer, scaler, step, config):
+    import pathlib
+
+    target = pathlib.Path(path)
+    temporary = target.with_name(target.name + ".partial")
+    try:
+        torch.save(_payload(model, optimizer, scaler, step, config), temporary)
+        temporary.replace(target)  # Path.replace is os.replace
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def save_with_named_temporary_file(path, model, optimizer, scaler, step, config):
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile(dir=folder, delete=False) as handle:
+        try:
+            torch.save(_payload(model, optimizer, scaler, step, config), handle)
+        except BaseException:
+            handle.close()
+            os.unlink(handle.name)
+            raise
+    try:
+        os.replace(handle.name, path)
+    except BaseException:
+        os.unlink(handle.name)
+        raise
+
+
+def _moved_by(move):
+    def save_checkpoint(path, model, optimizer, scaler, step, config):
+        temporary = str(path) + ".tmp"
+        try:
+            torch.save(_payload(model, optimizer, scaler, step, config), temporary)
+            move(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
+
+    return save_checkpoint
+
+
+@pytest.mark.parametrize("variant, mover", [
+    (save_with_pathlib, "os.replace"), (save_with_named_temporary_file, "os.replace"),
+    (_moved_by(lambda a, b: os.replace(a, b)), "os.replace"),
+    (_moved_by(os.replace), "one rename (os.replace or os.rename)"),  # as after `from os import replace`
+    (_moved_by(lambda a, b: os.rename(a, b)), "os.rename"),
+    (_moved_by(lambda a, b: shutil.move(a, b)), "os.rename"),
+])
+def test_save_check_accepts_correct_variants_and_names_their_move(variant, mover):
+    result = check_save_checkpoint(variant)
+    assert result.passed, result.message
+    assert f"arrives by {mover}" in result.message
+    if mover == "os.rename":
+        assert "os.replace is the portable call" in result.message and "by os.replace" not in result.message
+
+
+def save_remove_then_rename(path, model, optimizer, scaler, step, config):
+    temporary = str(path) + ".tmp"
+    try:
+        torch.save(_payload(model, optimizer, scaler, step, config), temporary)
+        if os.path.exists(path):
+            os.remove(path)  # a crash right here leaves no checkpoint at all
+        os.rename(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def save_swallowing_everything(path, model, optimizer, scaler, step, config):
+    temporary = str(path) + ".tmp"
+    try:
+        torch.save(_payload(model, optimizer, scaler, step, config), temporary)
+    except BaseException:
+        os.remove(temporary)
+        raise
+    try:
+        os.replace(temporary, path)
+    except:  # noqa: E722  (a bare except: catches even the end of the process)
+        os.remove(temporary)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (save_remove_then_rename, "A crash between two calls leaves no checkpoint"),
+    (save_swallowing_everything, "hid a failed rename"),
+])
+def test_save_check_names_new_mistakes(wrong, words):
+    result = check_save_checkpoint(wrong)
+    assert not result.passed and result.status == "failed", result.message
+    assert words in result.message, result.message
+    if wrong is save_remove_then_rename:
+        assert "(os.remove(path))" in result.message
+
+
+GOOD_CRASH = l06.SaveSeen("/run/run.ckpt", OLD, dict(OLD), outcome="raised")
+CRASH_RULE_CASES = {
+    "removed the old checkpoint before the rename": dict(after=dict(BEFORE), removes=["/run/run.ckpt"]),
+    "changed the old checkpoint before the rename": dict(after={**BEFORE, "run.ckpt": b"copied"}),
+    "hid the failed rename": dict(outcome="returned"),
+}
+
+
+@pytest.mark.parametrize("name", CRASH_RULE_CASES)
+def test_each_crash_before_move_rule_recognises_its_case(name):
+    seen = replace(GOOD_CRASH, **CRASH_RULE_CASES[name])
+    rule = first_mistake(l06.CRASH_BEFORE_MOVE_MISTAKES, seen)
+    assert rule is not None and rule.name == name
+    assert rule.text(seen)
+    assert first_mistake(l06.CRASH_BEFORE_MOVE_MISTAKES, GOOD_CRASH) is None
+    assert set(CRASH_RULE_CASES) == rule_names(l06.CRASH_BEFORE_MOVE_MISTAKES)
+
+
+def test_each_weights_only_hint_reads_torch_2_14_wording():
+    blocked = "unsupported GLOBAL posix.system whose module posix is blocked"
+    assert first_mistake(l06.WEIGHTS_ONLY_HINTS, blocked).name == "whole objects"
+
+
+def load_with_package_rng(path, model, optimizer, scaler):
+    from amp_lessons.checkpoint import restore_rng
+
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    scaler.load_state_dict(payload["scaler"])
+    restore_rng(payload["rng"])
+    return [torch.tensor(payload["step"]), dict(payload["config"])]  # a list and a tensor step work too
+
+
+def save_with_package_rng(path, model, optimizer, scaler, step, config):
+    from amp_lessons.checkpoint import capture_rng
+
+    payload = {"step": np.int64(step).item(), "config": config, "model": model.state_dict(),
+               "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "rng": capture_rng()}
+    _atomic(payload, path)
+
+
+@pytest.mark.parametrize("save, load", [
+    (save_with_package_rng, load_with_package_rng),
+    (save_with_pathlib, make_load()),
+    (save_with_named_temporary_file, make_load()),
+])
+def test_resume_check_accepts_correct_variants(save, load):
+    result = check_resume(save, load)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("step, words", [("6", "Step counter lost: load_checkpoint returned step '6'"),
+                                         ("step 6", "Step counter lost"), (7, "Step counter lost"),
+                                         (5.5, "Step counter lost")])
+def test_resume_check_rejects_a_step_that_is_not_the_number(step, words):
+    result = check_resume(make_save(), make_load(step=step))
+    assert not result.passed and words in result.message, result.message
