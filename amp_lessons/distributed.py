@@ -130,6 +130,9 @@ def launch(module: str, args=(), *, nproc: int = WORLD_SIZE, timeout_s: float = 
     """
     out_dir = out_dir or tempfile.mkdtemp(prefix="amp_lessons_run_")
     os.makedirs(out_dir, exist_ok=True)
+    for stale in [path for pattern in ("pid.rank*", "result.rank*", "error.rank*", "stuck.rank*")
+                  for path in Path(out_dir).glob(pattern)]:  # a previous run's: never read, never killed
+        stale.unlink()
     command = command or torchrun_command(module, [*args, "--out", out_dir, "--deadline", timeout_s - 3],
                                           nproc=nproc)
     token = uuid.uuid4().hex
@@ -196,20 +199,26 @@ def _signal_group(pid: int, sig) -> None:
 
 
 def run_processes(token: str, out_dir: str) -> set:
-    """Ids of the processes of one run still alive: those whose environment carries the run's token
-    (Linux: read from /proc) and those that wrote a ``pid.rankN`` file into ``out_dir``."""
-    found = set()
-    for path in Path(out_dir).glob("pid.rank*"):
-        with contextlib.suppress(ValueError, OSError):
-            found.add(int(path.read_text().strip()))
+    """Ids of the processes of one run that are still alive.
+
+    On Linux: exactly the processes whose environment carries this run's token (read from /proc), so
+    nothing else is ever touched, even if a process id has been reused. Elsewhere: the ids the ranks
+    wrote into ``pid.rankN`` files of this run's folder (stale ones are removed before a run starts).
+    """
     proc = Path("/proc")
-    if proc.is_dir():
+    if proc.is_dir() and (proc / str(os.getpid()) / "environ").exists():
         marker = f"{TOKEN_VARIABLE}={token}".encode()
+        found = set()
         for entry in proc.iterdir():
             if entry.name.isdigit() and int(entry.name) != os.getpid():
                 with contextlib.suppress(OSError):
                     if marker in (entry / "environ").read_bytes().split(b"\0"):
                         found.add(int(entry.name))
+    else:
+        found = set()
+        for path in Path(out_dir).glob("pid.rank*"):
+            with contextlib.suppress(ValueError, OSError):
+                found.add(int(path.read_text().strip()))
     return {pid for pid in found if _alive(pid)}
 
 
@@ -243,10 +252,14 @@ def _failure_text(what: str, out_dir: str, nproc: int, seconds: float) -> str:
     lines = [f"The torchrun run {what} after {seconds:.1f} s. Every process of the run has been stopped."]
     for rank in range(nproc):
         error = _read_text(os.path.join(out_dir, f"error.rank{rank}.txt")).strip()
+        dump = _read_text(os.path.join(out_dir, f"stuck.rank{rank}.txt"))
+        stuck = [line.strip() for line in dump.splitlines() if line.strip().startswith("File ")]
         done = os.path.exists(os.path.join(out_dir, f"result.rank{rank}.pt"))
         if error:
-            last = [line for line in error.splitlines() if line.strip()]
+            last = [line.strip() for line in error.splitlines() if line.strip(" ~^")]  # not the caret lines
             lines.append(f"  rank {rank}: " + " | ".join(last[-3:]))
+        elif stuck:  # faulthandler's dump at the rank's deadline: innermost frame first
+            lines.append(f"  rank {rank}: still running at its deadline, stuck in {stuck[0]}")
         else:
             lines.append(f"  rank {rank}: " + ("finished and saved its result" if done else "left no error "
                                                "message (killed, or stuck before it could report)"))
@@ -263,13 +276,11 @@ def _failure_text(what: str, out_dir: str, nproc: int, seconds: float) -> str:
 
 def start_rank(out_dir: str, deadline_s: float) -> None:
     """First thing a worker does: note its process id (so the launcher can always end it) and arm its
-    own deadline (past it, the rank writes where it was stuck into ``error.rankN.txt`` and exits)."""
+    own deadline (past it, the rank writes where it was stuck into ``stuck.rankN.txt`` and exits)."""
     rank = int(os.environ.get("RANK", "0"))
     Path(out_dir, f"pid.rank{rank}").write_text(str(os.getpid()))
     if deadline_s and deadline_s > 0:
-        handle = open(os.path.join(out_dir, f"error.rank{rank}.txt"), "w")  # noqa: SIM115 (lives until exit)
-        handle.write(f"rank {rank} still running after its deadline of {deadline_s:.0f} s; it was here:\n")
-        handle.flush()
+        handle = open(os.path.join(out_dir, f"stuck.rank{rank}.txt"), "w")  # noqa: SIM115 (lives until exit)
         faulthandler.dump_traceback_later(deadline_s, exit=True, file=handle)
 
 
@@ -282,8 +293,6 @@ def save_rank(out_dir: str, payload: dict) -> None:
     path = os.path.join(out_dir, f"result.rank{rank}.pt")
     torch.save(payload, path + ".tmp")
     os.replace(path + ".tmp", path)
-    with contextlib.suppress(OSError):
-        os.remove(os.path.join(out_dir, f"error.rank{rank}.txt"))
 
 
 def report_failure(out_dir: str) -> None:

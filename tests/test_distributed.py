@@ -183,6 +183,26 @@ def test_launch_kills_a_hung_run_and_its_workers(tmp_path):
     assert not _alive(worker)
 
 
+STUCK_RANK = textwrap.dedent("""
+    import sys, time
+    from amp_lessons.distributed import start_rank
+    start_rank(sys.argv[1], 1.0)
+    def wait_for_a_partner_that_never_comes():
+        time.sleep(60)
+    wait_for_a_partner_that_never_comes()
+""")
+
+
+def test_a_rank_past_its_deadline_says_where_it_was_stuck(tmp_path):
+    started = time.perf_counter()
+    with pytest.raises(DistributedRunError) as error:
+        distributed.launch("unused", out_dir=str(tmp_path), timeout_s=30,
+                           command=[sys.executable, "-c", STUCK_RANK, str(tmp_path)])
+    assert time.perf_counter() - started < 20
+    assert "rank 0: still running at its deadline, stuck in File" in str(error.value)
+    assert "wait_for_a_partner_that_never_comes" in str(error.value)
+
+
 def test_launch_reports_a_failed_rank(tmp_path):
     with pytest.raises(DistributedRunError) as error:
         distributed.launch("unused", out_dir=str(tmp_path), timeout_s=60,
