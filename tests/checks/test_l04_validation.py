@@ -589,3 +589,26 @@ def test_judge_trial_checker_reports_an_error_first():
     assert "\n" not in result.message and "Case '" not in result.message
     mixed = check_judge_trial(_judge_mixed_allclose).message
     assert mixed.startswith("`_judge_mixed_allclose` raised an error") and "'a float16 trial'" in mixed
+
+
+@pytest.mark.parametrize("variant", [
+    lambda: Criteria(**{**GOOD, "rtol": 1 / 100, "min_quality": 80 / 100}),  # fractions written as divisions
+    lambda: Criteria(tie_tolerance=1e-1, tie_rule="abstain", allowed_decision_changes=0, nonfinite="fail",
+                     min_quality=0.80, rtol=0.01, atol=5e-2, application="tickets -> one of three teams"),
+    lambda: Criteria(atol=0.05, rtol=0.01, min_quality=0.8, tie_rule="abstain", tie_tolerance=0.1),  # defaults
+])
+def test_criteria_checker_accepts_correct_variants(variant):
+    result = check_criteria(variant)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(rtol=0.05), "rtol is 0.05"),  # "1 %" read as the 5 % of atol
+    (dict(tie_rule="escalate"), "tie_rule must be one of"),  # Criteria itself refuses, and says why
+    (dict(allowed_decision_changes=None), "allowed_decision_changes must be an integer"),
+    (dict(tie_rule="lowest_index"), "tie_rule='lowest_index' settles exact ties only"),
+])
+def test_criteria_checker_names_new_mistakes(change, words):
+    result = check_criteria(lambda: Criteria(**{**GOOD, **change}))
+    assert not result.passed and result.status != NOT_DONE
+    assert words in result.message, result.message

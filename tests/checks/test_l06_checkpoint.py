@@ -593,3 +593,16 @@ def test_resume_check_accepts_correct_variants(save, load):
 def test_resume_check_rejects_a_step_that_is_not_the_number(step, words):
     result = check_resume(make_save(), make_load(step=step))
     assert not result.passed and words in result.message, result.message
+
+
+def test_checks_are_fast():
+    import time
+
+    for check, args in ((check_save_checkpoint, (sol("save_checkpoint"),)),
+                        (check_resume, (sol("save_checkpoint"), sol("load_checkpoint")))):
+        times = []
+        for _ in range(2):  # the better of two runs: a shared CI machine can stall one of them
+            start = time.perf_counter()
+            assert check(*args).passed
+            times.append(time.perf_counter() - start)
+        assert min(times) < 2.0, (check.__name__, times)
