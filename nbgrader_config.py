@@ -6,11 +6,11 @@ when JupyterLab is started here (``make instructor``). The nbgrader course lives
     course/source/mixed_precision  -> ../../solutions  (the single source: nbgrader metadata marks the cells)
     course/release/ submitted/ autograded/ feedback/ gradebook.db    (written by nbgrader, not committed)
 
-One assignment, ``mixed_precision``, holds the seven exercise notebooks; each check is a locked, graded cell
+One assignment, ``mixed_precision``, holds every exercise notebook; each check is a locked, graded cell
 worth one point. A workshop on one shared machine or JupyterHub needs the exchange folder (``Exchange.root``,
-default ``/srv/nbgrader/exchange``) to exist and be writable by everyone:
-``sudo mkdir -p /srv/nbgrader/exchange && sudo chmod ugo+rwx /srv/nbgrader/exchange``.
-Set ``AMP_LESSONS_COURSE_ID`` to run two courses on one exchange.
+nbgrader's default, set below) to exist and be writable by everyone:
+``sudo mkdir -p /usr/local/share/nbgrader/exchange && sudo chmod ugo+rwx /usr/local/share/nbgrader/exchange``.
+Set ``AMP_LESSONS_COURSE_ID`` to run two courses on one exchange, ``AMP_LESSONS_EXCHANGE`` to move it.
 """
 
 import os
@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 c.CourseDirectory.course_id = os.environ.get("AMP_LESSONS_COURSE_ID", "mixed-precision-validated")
 c.CourseDirectory.root = os.path.join(HERE, "course")
+c.Exchange.root = os.environ.get("AMP_LESSONS_EXCHANGE", "/usr/local/share/nbgrader/exchange")
 
 # generate_assignment: the same stub the course's exercise builder writes, so exercises/ and nbgrader's
 # release are the same notebooks (tests/tools/test_builder.py runs nbgrader and compares).

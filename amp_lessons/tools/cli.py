@@ -6,6 +6,7 @@ mark-solutions    give solution and check cells in solutions/ the nbgrader metad
 clean PATH...     strip outputs and execution counts from notebooks (what the repository stores)
 grade PATH...     run learners' exercise notebooks headless and tabulate every check (CSV + summary)
 progress          what this learner has done: passed / attempted / not started, per exercise
+gpu-report        on a CUDA GPU: run the suite and lessons, keep the GPU figures (docs/gpu_report.json)
 
 Each command imports what it needs when it runs, so `doctor` still explains a machine where numpy, torch
 or Jupyter is missing instead of failing to start.
@@ -136,6 +137,12 @@ def cmd_progress(args) -> int:
     return 0
 
 
+def cmd_gpu_report(args) -> int:
+    from amp_lessons.tools.gpu_report import main as gpu_report
+
+    return gpu_report([])
+
+
 def _grade_parser(commands) -> None:
     command = commands.add_parser("grade", help="run learners' exercise notebooks and tabulate the checks")
     command.add_argument("paths", nargs="+", metavar="PATH", help="notebooks, or folders to search")
@@ -166,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--file", help="a progress record to read (default: this learner's, see "
                           "amp_lessons.record)")
     progress.set_defaults(run=cmd_progress)
+    gpu = commands.add_parser("gpu-report", help="on a CUDA GPU: run the course and keep its GPU figures")
+    gpu.set_defaults(run=cmd_gpu_report)
     return parser
 
 

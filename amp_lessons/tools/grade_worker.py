@@ -251,7 +251,8 @@ def grade_one(job: dict) -> list[dict]:
     rows = _rows_for(name, order, labels, restored, outcome, verdicts, time.monotonic() - started)
     if not rows:
         stopped, why = outcome[:2]
-        status, message = (stopped, why) if stopped else (NO_CHECKS, "no exercise checks in this lesson")
+        missing = f"{source_path.name} has no graded check cells (`python -m amp_lessons mark-solutions`)"
+        status, message = (stopped, why) if stopped else (NO_CHECKS, missing)
         rows.append(row(name, WHOLE_NOTEBOOK, status, message, time.monotonic() - started))
     return rows
 
