@@ -231,7 +231,8 @@ class Environment:
         rows = [
             ("torch", self.torch_version + ("" if torch_version_tuple(self.torch_version) >= MIN_TORCH else "  (too old: need 2.4+)")),
             ("python", self.python_version),
-            ("device", f"{self.device} — {self.device_name}"),
+            ("device", f"{self.device} — {self.device_name}"
+                       + ("" if self.is_gpu else f" ({self.threads} torch CPU threads)")),
         ]
         if self.hip_version:
             rows.append(("GPU platform", f"ROCm/HIP {self.hip_version} (AMD GPUs are still called 'cuda' in torch)"))
@@ -245,7 +246,6 @@ class Environment:
             rows.append(("FP32 matmuls", float32_settings_text(self.float32_settings)))
         if not self.is_gpu:
             rows.append(("CPU BF16 instructions", yes_no[self.cpu_native_bf16]))
-            rows.append(("CPU threads", str(self.threads)))
         rows.append(("seed", str(self.seed)))
         return rows
 

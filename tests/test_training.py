@@ -111,12 +111,51 @@ def test_policy_table_shows_cpu_softmax_differs_from_cuda_policy():
     assert residual["float16: CUDA policy (from the docs)"] == "float32"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_cpu_lists_as_transcribed_are_what_cpu_autocast_does(dtype):
+    """The CPU lists are copied from the docs; CPU autocast itself says whether the copy is right."""
+    cpu = torch.device("cpu")
+    for case in autocast_policy.OP_CASES:
+        measured = autocast_policy.measure_op(case, cpu, dtype)
+        assert measured == autocast_policy.cpu_prediction(case, dtype), case.label
+
+
+def test_the_table_holds_ops_of_both_lists_with_the_differing_ones_first():
+    table = autocast_policy.policy_table("cpu")
+    cpu_list, cuda_list = table["CPU list (docs)"], table["CUDA list (docs)"]
+    assert {"binary_cross_entropy(sigmoid(h), p)", "max_pool3d(h)"} <= set(
+        table[(cpu_list == "float32") & (cuda_list != "float32")]["op"])
+    assert {"softmax(h)", "layer_norm(h)", "h.sum()", "exp(h)", "h.pow(2)"} <= set(
+        table[(cuda_list == "float32") & (cpu_list != "float32")]["op"])
+    differs = (table["differs"] != "").tolist()
+    assert differs == sorted(differs, reverse=True) and any(differs) and not all(differs)
+    bce = table.set_index("op").loc["binary_cross_entropy(sigmoid(h), p)"]
+    assert bce["float16: CUDA policy (from the docs)"] == "error: RuntimeError"
+    assert bce["float16: measured here (cpu)"] == "float32"
+
+
+def test_policy_view_shows_ten_rows_and_keeps_the_rest_behind_a_toggle():
+    table = autocast_policy.policy_table("cpu")
+    view = autocast_policy.policy_view(table)
+    shown, hidden = view._repr_html_().split("<details>")
+    assert shown.count("<tr") == 1 + 10  # header + ten ops
+    assert hidden.count("<tr") == 1 + len(table) and f"show all {len(table)} ops" in hidden
+    assert all(op in repr(view) for op in table["op"])  # as text (terminal, GPU report): every op
+    short = autocast_policy.policy_view(table.head(4))
+    assert "<details>" not in short._repr_html_()
+
+
 def test_cuda_lists_match_the_docs_for_the_ops_the_lesson_names():
     assert autocast_policy.cuda_list("softmax") == "float32"
     assert autocast_policy.cuda_list("linear") == "lower precision"
     assert autocast_policy.cuda_list("relu") == "not listed"
     assert autocast_policy.cuda_list("addcmul") == "promote"
     assert autocast_policy.CUDA_LOWER_PRECISION.isdisjoint(autocast_policy.CUDA_FLOAT32)
+    assert autocast_policy.cuda_list("binary_cross_entropy") == "error"
+    assert autocast_policy.cpu_list("binary_cross_entropy") == "float32"
+    assert autocast_policy.cpu_list("cross_entropy") == "float32"  # the docs spell it cross_entropy_loss
+    assert autocast_policy.cpu_list("softmax") == "not listed"
+    assert autocast_policy.CPU_LOWER_PRECISION.isdisjoint(autocast_policy.CPU_FLOAT32)
 
 
 def test_policy_table_rejects_bad_arguments():
