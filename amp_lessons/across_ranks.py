@@ -180,16 +180,27 @@ def seconds_per_step(seconds: list, skip_first: int = 2) -> float:
 
 
 def spike_table(ranks: list) -> pd.DataFrame:
-    """One row per step and rank of the short overflow run: local view, combined view, decision."""
+    """One row per step of the short overflow run; each cell shows every rank's value ("rank 0 / rank 1")."""
+
+    def per_rank(records, key, show=str):
+        return " / ".join(show(record[key]) for record in records)
+
+    def yes_no(value):
+        return "yes" if value else "no"
+
     rows = []
-    for rank, payload in enumerate(ranks):
-        for record in payload["spike"]["records"]:
-            rows.append({"step": record["step"], "rank": rank, "loss (own rows)": record["loss"],
-                         "own grads finite": record["local_finite"],
-                         "averaged grads finite": record["averaged_finite"],
-                         "scale after": scale_text(record["scale_after"]), "skipped": record["skipped"],
-                         "max |weights - rank 0's|": record["weights_vs_rank0"]})
-    return pd.DataFrame(rows).sort_values(["step", "rank"]).set_index(["step", "rank"])
+    for step_records in zip(*(payload["spike"]["records"] for payload in ranks)):
+        rows.append({
+            "step": step_records[0]["step"],
+            "loss on own rows": per_rank(step_records, "loss", lambda v: f"{v:.4f}"),
+            "own grads finite": per_rank(step_records, "local_finite", yes_no),
+            "averaged grads finite": per_rank(step_records, "averaged_finite", yes_no),
+            "skipped": per_rank(step_records, "skipped", yes_no),
+            "scale after": per_rank(step_records, "scale_after", scale_text),
+            "max |weights - rank 0's|": max(record["weights_vs_rank0"] for record in step_records),
+        })
+    order = " / ".join(f"rank {rank}" for rank in range(len(ranks)))
+    return pd.DataFrame(rows).set_index("step").rename_axis(f"step ({order})")
 
 
 def resume_table(ranks: list) -> pd.DataFrame:
