@@ -586,10 +586,14 @@ def can_start_process_group(timeout_s: float = 60.0) -> tuple:
         return False, (f"{WORLD_SIZE} processes started with {result.method} could not all_reduce over gloo: "
                        + (result.describe() or f"got {result.values}").replace("\n", "; "))
     left = timeout_s - (time.perf_counter() - started)
+    folder = tempfile.mkdtemp(prefix="amp_lessons_probe_")
     try:
-        run = launch("amp_lessons.workers.probe", timeout_s=max(10.0, left))
-    except (DistributedRunError, OSError) as exc:
-        return False, f"torchrun could not start {WORLD_SIZE} ranks: {str(exc).splitlines()[0]}"
+        run = launch("amp_lessons.workers.probe", timeout_s=max(10.0, left), out_dir=folder)
+    except Exception as exc:  # never raises: the doctor reports what it found
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return False, f"torchrun could not start {WORLD_SIZE} ranks: {first}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     if [payload.get("sum") for payload in run.ranks] != [expected] * WORLD_SIZE:
         return False, f"torchrun ranks returned {run.ranks} instead of all_reduce sums of {expected}"
     return True, (f"{WORLD_SIZE} gloo processes formed a group and all-reduced: from Python "
