@@ -43,7 +43,7 @@ import time
 import traceback
 import types
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_pipes
 from pathlib import Path
 
@@ -307,7 +307,8 @@ def report_failure(out_dir: str) -> None:
 
 @dataclass
 class RankOutcome:
-    """What one rank of :func:`run_ranks` did: ``status`` is "ok", "error", "timeout" or "crashed"."""
+    """What one rank of :func:`run_ranks` did: ``status`` is "ok", "error", "timeout", "not started" or
+    "crashed"; ``output`` is what it printed (and, when it did not finish, what C++ code printed)."""
 
     rank: int
     status: str
@@ -319,10 +320,11 @@ class RankOutcome:
 
 @dataclass
 class RanksResult:
+    """Every rank's :class:`RankOutcome` (rank order), the seconds it all took, and "fork" or "spawn"."""
+
     outcomes: list
     seconds: float
     method: str
-    notes: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -501,20 +503,7 @@ class PortableFunction:
     def __init__(self, function: types.FunctionType):
         self.function = function
 
-    def __call__(self, *args, **kwargs):
-        return self.function(*args, **kwargs)
-
-    @property
-    def __signature__(self):
-        import inspect
-
-        return inspect.signature(self.function)
-
-    @property
-    def __name__(self):
-        return self.function.__name__
-
-    def __reduce__(self):
+    def __reduce__(self):  # unpickled, it is a plain function again
         fn = self.function
         names = {}
         for name in fn.__code__.co_names:
