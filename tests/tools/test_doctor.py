@@ -7,7 +7,6 @@ The first two tests moved here from tests/test_quiz_progress_env.py (same names)
 import os
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 from amp_lessons import environment
@@ -65,7 +64,8 @@ def test_a_probe_that_breaks_is_one_line(monkeypatch):
 
 def test_doctor_in_an_empty_venv_says_what_to_install(tmp_path):
     """A venv with nothing in it (not even pip): each missing piece is a line with its fix, exit 1."""
-    venv.create(tmp_path / "empty", with_pip=False)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "empty")], check=True,
+                   timeout=120)
     python = tmp_path / "empty" / ("Scripts" if os.name == "nt" else "bin") / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env["PYTHONPATH"] = str(ROOT)  # the course folder: `python -m amp_lessons` finds it when run from there
