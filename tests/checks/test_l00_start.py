@@ -75,7 +75,7 @@ def test_junk_never_raises(junk):
     assert not check_autocast_matmul(junk).passed
 
 
-# ------------------------------------------ correct answers written differently, and more natural wrong answers
+# ----------------------------------- correct answers written differently, and more natural wrong answers
 
 
 def right_amp_spelling(a, b, dtype):

@@ -860,8 +860,8 @@ def step_outputs_cast_to_float(model, optimizer, scaler, loss_fn, inputs, target
     return loss.detach()
 
 
-MORE_CORRECT = [step_is_cuda_ternary, step_device_from_the_model, step_get_device, step_plain_when_scaler_is_off,
-                step_outputs_cast_to_float]
+MORE_CORRECT = [step_is_cuda_ternary, step_device_from_the_model, step_get_device,
+                step_plain_when_scaler_is_off, step_outputs_cast_to_float]
 
 
 @pytest.mark.parametrize("step", MORE_CORRECT, ids=lambda f: f.__name__)
