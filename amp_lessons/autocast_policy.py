@@ -272,16 +272,6 @@ def _highlighted_html(table) -> str:
         return table.to_html(index=False)
 
 
-def styled(table):
-    """Highlight the rows where the measured dtype differs from CUDA's lists (else the plain table)."""
-    try:
-        return table.style.apply(
-            lambda row: ["background-color: #fff3cd" if row["differs"] else "" for _ in row], axis=1
-        ).hide(axis="index")
-    except Exception:  # pandas Styler needs jinja2; the plain DataFrame shows the same facts
-        return table
-
-
 class ShortTable:
     """A long table shown as its first ``rows`` rows, the complete table one click away.
 
