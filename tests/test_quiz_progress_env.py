@@ -8,7 +8,7 @@ import torch
 
 from amp_lessons import SetupError, environment, record
 from amp_lessons.quiz import Question, Quiz
-from amp_lessons.tools.doctor import check_torch, check_widgets, run_doctor
+from amp_lessons.tools.doctor import run_doctor
 
 QUIZ = Quiz("demo", [Question("2+2?", ("3", "4"), 1, "Arithmetic."), Question("Sky?", ("blue", "green"), 0, "Rayleigh.")])
 
@@ -51,7 +51,8 @@ def test_progress_atomic_and_corrupt_record(private_progress):
     record.record("ex1", True, "passed", "ok")
     data = json.loads(private_progress.read_text())
     assert data["exercises"]["ex1"]["passed"] and data["exercises"]["ex1"]["attempts"] == 2
-    assert [p.name for p in private_progress.parent.iterdir()] == ["progress.json"]  # no temp files left
+    left = sorted(p.name for p in private_progress.parent.iterdir())
+    assert left in (["progress.json"], ["progress.json", "progress.json.lock"])  # no temp files left
     private_progress.write_text("{not json")
     warnings = []
     assert record.load(warn=warnings.append)["exercises"] == {}
@@ -99,14 +100,9 @@ def test_gpu_runner_really_uses_the_gpu():
     assert environment.setup().device.type == "cuda"
 
 
-def test_torch_version_parsing_and_doctor_checks():
+def test_torch_version_parsing():
     assert environment.torch_version_tuple("2.14.1+cu130") == (2, 14)
     assert environment.torch_version_tuple("2.4.0a0") == (2, 4)
-    assert not check_torch("2.3.1").ok and check_torch("2.4.0").ok
-    assert check_widgets("8.1.5", "3.0.13", "4.2.0").ok
-    bad = check_widgets("7.8.0", "3.0.13", "4.2.0")
-    assert not bad.ok and "pip install" in bad.next_step
-    assert not check_widgets(None, "3.0.1", "4.0.0").ok
 
 
 def test_doctor_reports_ready_here():

@@ -241,6 +241,8 @@ def _apply_strict(result: CheckResult) -> None:
         return
     mode = strict_mode()
     if mode in ("1", "true", "yes") and not result.passed:
+        if os.environ.get("NBGRADER_EXECUTION"):  # the learner reads this in nbgrader's feedback
+            raise AssertionError(f"This check did not pass, so it scores 0 points:\n{result}")
         raise AssertionError(f"AMP_LESSONS_STRICT=1 and a check did not pass:\n{result}")
     if mode == "not-done" and result.status != NOT_DONE:
         raise AssertionError("AMP_LESSONS_STRICT=not-done expects an untouched exercise, but the check "

@@ -146,3 +146,11 @@ def test_the_kernel_is_left_as_found():
     check_calls_twice(leaves_state_behind)
     assert not torch.is_autocast_enabled("cpu")
     assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+
+
+def test_nbgrader_feedback_speaks_to_the_learner(monkeypatch):
+    monkeypatch.delenv("AMP_LESSONS_STRICT", raising=False)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(AssertionError, match="scores 0 points") as raised:
+        check_double(stub)
+    assert "AMP_LESSONS_STRICT" not in str(raised.value)
