@@ -55,7 +55,8 @@ def pick_device() -> torch.device:
             device = torch.device(forced)
         except RuntimeError:
             raise SetupError(
-                f"AMP_LESSONS_DEVICE={forced!r} is not a device torch knows. Use 'cpu' or 'cuda', or unset it."
+                f"AMP_LESSONS_DEVICE={forced!r} is not a device torch knows. Use 'cpu' or 'cuda', or unset "
+                "it."
             ) from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise SetupError(
@@ -75,7 +76,8 @@ def pick_device() -> torch.device:
             + (
                 "AMP_LESSONS_DEVICE forces the CPU."
                 if forced
-                else f"torch sees no GPU (torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})."
+                else f"torch sees no GPU (torch {torch.__version__}, CUDA build: "
+                     f"{torch.version.cuda or 'no'})."
             )
             + " On a GPU runner check the driver (nvidia-smi) and that a CUDA build of torch is installed."
         )
@@ -128,7 +130,8 @@ def probe_autocast(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]
         return False, f"{type(exc).__name__}: {exc}".splitlines()[0]
     if out.dtype == dtype:
         return True, "matmul ran in " + dtype_name(dtype)
-    note = "; ".join(str(w.message).splitlines()[0] for w in caught) or "autocast left the matmul in " + str(out.dtype)
+    note = ("; ".join(str(w.message).splitlines()[0] for w in caught)
+            or "autocast left the matmul in " + str(out.dtype))
     return False, note
 
 
@@ -166,9 +169,9 @@ def float32_matmul_settings() -> dict:
 
     On NVIDIA GPUs since Ampere, TF32 keeps FP32's range but only 10 mantissa bits for the products inside a
     matmul: about 1e-3 relative error instead of 1e-7. Defaults (torch 2.x): CUDA matmuls do *not* use it
-    (``allow_tf32`` False, ``float32_matmul_precision`` 'highest'), cuDNN convolutions *do* (``cudnn.allow_tf32``
-    True). A baseline that calls itself FP32 records and pins these (lesson 08). On a CPU they change nothing
-    the course measures, but they are part of the recipe a GPU run reuses.
+    (``allow_tf32`` False, ``float32_matmul_precision`` 'highest'), cuDNN convolutions *do*
+    (``cudnn.allow_tf32`` True). A baseline that calls itself FP32 records and pins these (lesson 08). On a
+    CPU they change nothing the course measures, but they are part of the recipe a GPU run reuses.
     """
     settings = {}
     readers = (
@@ -193,7 +196,8 @@ def float32_settings_text(settings: dict | None = None) -> str:
     matmul = settings.get("torch.backends.cuda.matmul.allow_tf32")
     cudnn = settings.get("torch.backends.cudnn.allow_tf32")
     return (f"float32 matmul precision '{settings.get('torch.get_float32_matmul_precision()')}'; "
-            f"TF32 CUDA matmuls {on_off.get(matmul, matmul)}, TF32 cuDNN convolutions {on_off.get(cudnn, cudnn)}")
+            f"TF32 CUDA matmuls {on_off.get(matmul, matmul)}, TF32 cuDNN convolutions "
+            f"{on_off.get(cudnn, cudnn)}")
 
 
 @dataclass
@@ -229,15 +233,18 @@ class Environment:
     def rows(self) -> list[tuple[str, str]]:
         yes_no = {True: "yes", False: "no", None: "unknown"}
         rows = [
-            ("torch", self.torch_version + ("" if torch_version_tuple(self.torch_version) >= MIN_TORCH else "  (too old: need 2.4+)")),
+            ("torch", self.torch_version + ("" if torch_version_tuple(self.torch_version) >= MIN_TORCH
+                                           else "  (too old: need 2.4+)")),
             ("python", self.python_version),
             ("device", f"{self.device} — {self.device_name}"
                        + ("" if self.is_gpu else f" ({self.threads} torch CPU threads)")),
         ]
         if self.hip_version:
-            rows.append(("GPU platform", f"ROCm/HIP {self.hip_version} (AMD GPUs are still called 'cuda' in torch)"))
+            rows.append(("GPU platform", f"ROCm/HIP {self.hip_version} (AMD GPUs are still called 'cuda' in "
+                                         "torch)"))
         elif self.cuda_version:
-            rows.append(("GPU platform", f"CUDA {self.cuda_version} build" + ("" if self.is_gpu else ", but no GPU visible")))
+            visible = "" if self.is_gpu else ", but no GPU visible"
+            rows.append(("GPU platform", f"CUDA {self.cuda_version} build{visible}"))
         for name, (works, note) in self.autocast.items():
             rows.append((f"autocast {name}", ("works" if works else "does not work") + f" ({note})"))
         works, note = self.grad_scaler
@@ -252,7 +259,8 @@ class Environment:
     def summary_line(self) -> str:
         dtypes = ", ".join(dtype_name(d) for d in self.autocast_dtypes) or "none"
         where = self.device_name if self.is_gpu else (
-            "CPU only (no GPU visible): each value rounds as it would on a GPU, but op results can differ from a "
+            "CPU only (no GPU visible): each value rounds as it would on a GPU, but op results can differ "
+            "from a "
             "GPU's in the last bits, and speed-ups are not measured here")
         return f"Running on {self.device} ({where}); autocast dtypes that work here: {dtypes}."
 

@@ -42,7 +42,8 @@ class Question:
         right = self.options[self.correct]
         if choice == self.correct:
             return True, f"Correct: {right}. {self.explanation}"
-        return False, f"Not quite: you chose “{self.options[choice]}”. The answer is “{right}”. {self.explanation}"
+        return False, (f"Not quite: you chose “{self.options[choice]}”. The answer is “{right}”. "
+                       f"{self.explanation}")
 
     def text(self, number: int | None = None) -> str:
         head = f"Q{number}. " if number is not None else ""
@@ -106,7 +107,8 @@ class Quiz:
                 result.value = f"<div style='color:{colour}'>{html.escape(message)}</div>"
 
             button.on_click(on_check)
-            boxes += [widgets.HTML(f"<b>Q{number}.</b> {html.escape(question.prompt)}"), choices, button, result]
+            prompt = widgets.HTML(f"<b>Q{number}.</b> {html.escape(question.prompt)}")
+            boxes += [prompt, choices, button, result]
         return widgets.VBox(boxes)
 
     def _repr_mimebundle_(self, include=None, exclude=None):

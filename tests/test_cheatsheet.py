@@ -1,4 +1,6 @@
-"""docs/cheatsheet.md never rots: every python block runs, in order, in one namespace (as a reader would paste it)."""
+"""docs/cheatsheet.md never rots: every python block runs, in order, in one namespace.
+
+That is how a reader pastes them."""
 
 import re
 from pathlib import Path
@@ -28,7 +30,8 @@ def test_every_snippet_runs_in_order(tmp_path, monkeypatch):
 
 def test_snippets_cover_what_the_course_teaches():
     titles = " ".join(where for where, _ in blocks()).lower()
-    for topic in ("training step", "accumulation", "inference", "reference", "non-finite", "checkpoint", "time"):
+    topics = ("training step", "accumulation", "inference", "reference", "non-finite", "checkpoint", "time")
+    for topic in topics:
         assert topic in titles, topic
 
 

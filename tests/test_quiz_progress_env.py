@@ -10,7 +10,8 @@ from amp_lessons import SetupError, environment, record
 from amp_lessons.quiz import Question, Quiz
 from amp_lessons.tools.doctor import run_doctor
 
-QUIZ = Quiz("demo", [Question("2+2?", ("3", "4"), 1, "Arithmetic."), Question("Sky?", ("blue", "green"), 0, "Rayleigh.")])
+QUIZ = Quiz("demo", [Question("2+2?", ("3", "4"), 1, "Arithmetic."),
+                     Question("Sky?", ("blue", "green"), 0, "Rayleigh.")])
 
 
 def test_quiz_feedback_shows_answer_and_explanation():

@@ -4,8 +4,8 @@ This module offers the learner-facing ``check_*`` functions and the result type,
 checkers live in ``lNN_<topic>.py`` beside this file and the ``@checker`` decorator puts each check in
 ``registry``. Asking this module for a ``check_*`` name imports every lesson module once and hands out the
 registered function, so adding an exercise needs no edit here; ``amp_lessons.checks.registry`` can still be
-imported on its own without loading torch (which is why even ``CheckResult`` is handed out on request). Writing a checker is for course authors: see ``harness`` and
-``mistakes``.
+imported on its own without loading torch (which is why even ``CheckResult`` is handed out on request).
+Writing a checker is for course authors: see ``harness`` and ``mistakes``.
 """
 
 from importlib import import_module

@@ -47,8 +47,9 @@ CHECKER_BUG = "checker error"
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _demonstrating = False
-# A reasonable answer is checked in well under 2 s; a check that runs longer than this is stopped with a message
-# (element-by-element Python loops over tensors are the usual cause). AMP_LESSONS_CHECK_BUDGET overrides it.
+# A reasonable answer is checked in well under 2 s; a check that runs longer than this is stopped with a
+# message (element-by-element Python loops over tensors are the usual cause). AMP_LESSONS_CHECK_BUDGET
+# overrides it.
 CHECK_BUDGET_S = 20.0
 
 
@@ -259,7 +260,8 @@ def check_budget() -> float:
 @contextlib.contextmanager
 def time_budget(seconds: float):
     """Raise ``CheckTimeout`` in this thread after ``seconds`` (Unix main thread only; elsewhere no limit)."""
-    usable = (seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    usable = (seconds > 0 and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread()
               and signal.getitimer(signal.ITIMER_REAL)[0] == 0)
     if not usable:
         yield
@@ -299,7 +301,10 @@ def kernel_left_as_found():
 
 
 def _wrong_call(check, args, kwargs) -> CheckResult | None:
-    """A check called with missing or extra arguments: say how to call it (a learner slip, not a course bug)."""
+    """A check called with missing or extra arguments: say how to call it.
+
+    That is a learner's slip, not a course bug, so the message must not blame the course.
+    """
     try:
         inspect.signature(check).bind(*args, **kwargs)
     except TypeError as exc:
@@ -321,8 +326,10 @@ def _run_check(check, args, kwargs) -> CheckResult:
     except LearnerProblem as problem:
         return problem.result
     except CheckTimeout:
-        return failed(f"The check stopped after {budget:g} s: your function is far too slow (a reasonable answer "
-                      "is checked in under 2 s). Look for a Python loop over every element of a tensor and use "
+        return failed(f"The check stopped after {budget:g} s: your function is far too slow (a reasonable "
+                      "answer "
+                      "is checked in under 2 s). Look for a Python loop over every element of a tensor and "
+                      "use "
                       "one tensor operation instead.")
     except (KeyboardInterrupt, SystemExit):
         raise

@@ -185,7 +185,8 @@ def probe_process_group() -> DoctorCheck:
 
     ok, found = can_start_process_group(timeout_s=60)
     return DoctorCheck("two local processes can start a process group (lesson 09)", ok, found,
-                       "set GLOO_SOCKET_IFNAME=lo (lo0 on macOS) and allow local connections in the firewall; "
+                       "set GLOO_SOCKET_IFNAME=lo (lo0 on macOS) and allow local connections in the "
+                       "firewall; "
                        "the other lessons do not need this")
 
 
@@ -210,7 +211,8 @@ def run_doctor(out=print) -> int:
         device = _safely("device", probe_device, out)
         device_checks, env = device if isinstance(device, tuple) else ([device], None)
         checks += device_checks
-        checks.append(_safely("two local processes can start a process group (lesson 09)", probe_process_group))
+        checks.append(_safely("two local processes can start a process group (lesson 09)",
+                              probe_process_group))
     checks.append(_safely("widgets work in JupyterLab", probe_widgets, installed_version("ipywidgets"),
                           installed_version("jupyterlab_widgets"), installed_version("jupyterlab")))
     checks.append(_safely("the python3 kernel is installed", probe_kernel_spec))

@@ -1,12 +1,12 @@
-"""`python -m amp_lessons gpu-report` (or `make gpu-report`): run the course on a CUDA GPU and keep its figures.
+"""`python -m amp_lessons gpu-report` (`make gpu-report`): run the course on a CUDA GPU, keep its figures.
 
 The course quotes a handful of numbers that only a GPU can produce: lesson 03's CUDA autocast policy column,
 lesson 05's log-softmax case, lesson 06's bitwise resume with GPU kernels, lesson 07's timings, memory and
 Tensor-Core shapes. Claiming them without running them would break the course's first rule, so this command
 
 1. refuses, with a clear message, on a machine where torch sees no CUDA device;
-2. runs the test suite and every lesson notebook with ``AMP_LESSONS_REQUIRE_CUDA=1`` (setup() then fails loudly
-   instead of quietly falling back to the CPU);
+2. runs the test suite and every lesson notebook with ``AMP_LESSONS_REQUIRE_CUDA=1`` (setup() then fails
+   loudly instead of quietly falling back to the CPU);
 3. collects the text output of every lesson cell tagged ``gpu-figure`` plus each lesson's run time into
    ``docs/gpu_report.json`` (one file, with the GPU's name and the torch/CUDA versions);
 4. regenerates the GPU column of ``docs/instructor_guide.md`` from that file (between the
@@ -39,9 +39,9 @@ def gpu_description() -> dict:
     import torch
 
     if not torch.cuda.is_available():
-        raise NoGPU("torch sees no CUDA device here (torch.cuda.is_available() is False), so there are no GPU "
-                    "figures to measure. Run `make gpu-report` on a machine with an NVIDIA or AMD (ROCm) GPU; on "
-                    "this machine `make test` covers everything the CPU can show.")
+        raise NoGPU("torch sees no CUDA device here (torch.cuda.is_available() is False), so there are no "
+                    "GPU figures to measure. Run `make gpu-report` on a machine with an NVIDIA or AMD (ROCm) "
+                    "GPU; on this machine `make test` covers everything the CPU can show.")
     return {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "cuda": torch.version.cuda or "", "hip": getattr(torch.version, "hip", None) or ""}
 
@@ -58,7 +58,8 @@ def figure_outputs(notebook) -> list:
                 texts.append(output.get("text", ""))
             elif "data" in output and "text/plain" in output["data"]:
                 texts.append(output["data"]["text/plain"])
-        found.append({"code": cell.source.splitlines()[0] if cell.source else "", "output": "".join(texts).strip()})
+        first_line = cell.source.splitlines()[0] if cell.source else ""
+        found.append({"code": first_line, "output": "".join(texts).strip()})
     return found
 
 
@@ -81,10 +82,12 @@ def run_lesson(path: Path, timeout: float = 600) -> dict:
 
 def guide_column(report: dict) -> str:
     """Markdown lines for the guide: one per lesson, its GPU run time or error."""
-    head = f"Measured by `make gpu-report` on {report['gpu']} (torch {report['torch']}, CUDA {report['cuda']})."
+    versions = f"torch {report['torch']}, CUDA {report['cuda']}"
+    head = f"Measured by `make gpu-report` on {report['gpu']} ({versions})."
     lines = [head, "", "| lesson | GPU: Run All | result |", "|---|---|---|"]
     for lesson in report["lessons"]:
-        result = lesson["error"] or f"passed; {len(lesson['figures'])} quoted figure(s) in docs/gpu_report.json"
+        figures = len(lesson["figures"])
+        result = lesson["error"] or f"passed; {figures} quoted figure(s) in docs/gpu_report.json"
         lines.append(f"| `{lesson['notebook']}` | {lesson['seconds']} s | {result} |")
     return "\n".join(lines)
 
@@ -114,5 +117,6 @@ def main(argv=None) -> int:
     updated = update_guide(report, root / GUIDE)
     print(f"wrote {REPORT}" + (f" and the GPU column of {GUIDE}" if updated else ""))
     failed = [lesson["notebook"] for lesson in report["lessons"] if lesson["error"]]
-    print(f"suite {'passed' if report['suite_passed'] else 'FAILED'}; lessons failed: {', '.join(failed) or 'none'}")
+    suite = "passed" if report["suite_passed"] else "FAILED"
+    print(f"suite {suite}; lessons failed: {', '.join(failed) or 'none'}")
     return 0 if report["suite_passed"] and not failed else 1

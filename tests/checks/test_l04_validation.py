@@ -595,7 +595,8 @@ def test_judge_trial_checker_reports_an_error_first():
     lambda: Criteria(**{**GOOD, "rtol": 1 / 100, "min_quality": 80 / 100}),  # fractions written as divisions
     lambda: Criteria(tie_tolerance=1e-1, tie_rule="abstain", allowed_decision_changes=0, nonfinite="fail",
                      min_quality=0.80, rtol=0.01, atol=5e-2, application="tickets -> one of three teams"),
-    lambda: Criteria(atol=0.05, rtol=0.01, min_quality=0.8, tie_rule="abstain", tie_tolerance=0.1),  # defaults
+    # the defaults, spelled out
+    lambda: Criteria(atol=0.05, rtol=0.01, min_quality=0.8, tie_rule="abstain", tie_tolerance=0.1),
 ])
 def test_criteria_checker_accepts_correct_variants(variant):
     result = check_criteria(variant)

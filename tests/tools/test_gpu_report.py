@@ -7,7 +7,7 @@ import torch
 from amp_lessons.tools import gpu_report
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal path cannot be seen")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the refusal path cannot be seen")
 def test_refuses_cleanly_without_cuda(capsys):
     assert gpu_report.main([]) == 2
     err = capsys.readouterr().err
@@ -21,7 +21,8 @@ def test_collects_only_tagged_cells():
     other = nbformat.v4.new_code_cell("print(1)")
     other.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
     result = nbformat.v4.new_code_cell("x", metadata={"tags": ["gpu-figure"]})
-    result.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "12.5 ms"}, execution_count=1)]
+    result.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "12.5 ms"},
+                                             execution_count=1)]
     notebook.cells = [tagged, other, result]
     assert gpu_report.figure_outputs(notebook) == [
         {"code": "print(table)", "output": "softmax float32"}, {"code": "x", "output": "12.5 ms"}]
