@@ -18,7 +18,7 @@ INSTRUCTOR_STAMP := $(VENV)/.stamp-instructor
 TEST_ENV := AMP_LESSONS_PROGRESS_FILE=$(CURDIR)/.test-output/progress.json PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
 NBVAL    := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 -n 2 --dist loadfile
 
-.PHONY: lab test setup setup-test instructor lint unit notebooks exercises-check clean-venv
+.PHONY: lab test setup setup-test instructor lint unit notebooks exercises-check gpu-report clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ notebooks: $(TEST_STAMP)
 
 test: lint exercises-check unit notebooks
 	@echo "make test: all passed"
+
+# On a CUDA machine: the suite and every lesson with AMP_LESSONS_REQUIRE_CUDA=1, GPU figures kept in
+# docs/gpu_report.json and the instructor guide's GPU table regenerated. Refuses (exit 2) without CUDA.
+gpu-report: $(TEST_STAMP)
+	$(TEST_ENV) $(PY) -m amp_lessons gpu-report
 
 clean-venv:
 	rm -rf $(VENV)

@@ -5,8 +5,8 @@ lesson 05's log-softmax case, lesson 06's bitwise resume with GPU kernels, lesso
 Tensor-Core shapes. Claiming them without running them would break the course's first rule, so this command
 
 1. refuses, with a clear message, on a machine where torch sees no CUDA device;
-2. runs the test suite and every lesson notebook with ``AMP_LESSONS_REQUIRE_CUDA=1`` (setup() then fails
-   loudly instead of quietly falling back to the CPU);
+2. runs the test suite, the solutions, the exercises and every lesson notebook with
+   ``AMP_LESSONS_REQUIRE_CUDA=1`` (setup() then fails loudly instead of quietly falling back to the CPU);
 3. collects the text output of every lesson cell tagged ``gpu-figure`` plus each lesson's run time into
    ``docs/gpu_report.json`` (one file, with the GPU's name and the torch/CUDA versions);
 4. regenerates the GPU column of ``docs/instructor_guide.md`` from that file (between the
@@ -109,8 +109,12 @@ def main(argv=None) -> int:
         print(f"gpu-report: {exc}", file=sys.stderr)
         return 2
     env = dict(os.environ, AMP_LESSONS_REQUIRE_CUDA="1")
-    suite = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests"], cwd=root, env=env)
-    report["suite_passed"] = suite.returncode == 0
+    nbval = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env"]
+    runs = [([sys.executable, "-m", "pytest", "-q", "tests"], {}),
+            ([*nbval, "solutions"], {"AMP_LESSONS_STRICT": "1"}),
+            ([*nbval, "exercises"], {"AMP_LESSONS_STRICT": "not-done"})]
+    codes = [subprocess.run(command, cwd=root, env={**env, **extra}).returncode for command, extra in runs]
+    report["suite_passed"] = not any(codes)
     os.environ["AMP_LESSONS_REQUIRE_CUDA"] = "1"
     report["lessons"] = [run_lesson(path) for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
     (root / REPORT).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
