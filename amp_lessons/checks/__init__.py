@@ -17,7 +17,8 @@ def _all_checks() -> dict:
     """``{function name: check}`` for every lesson module (imported on the first call)."""
     for module_name in registry.lesson_module_names():
         import_module(f"{__name__}.{module_name}")
-    return {check.__name__: check for check in registry.checkers().values()}
+    return {check.__name__: check for check in registry.checkers().values()
+            if check.__module__.startswith(f"{__name__}.l")}
 
 
 def __getattr__(name):
