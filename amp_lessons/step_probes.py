@@ -24,14 +24,16 @@ source.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from amp_lessons.autocast_state import autocast_dtype, autocast_enabled
+from amp_lessons.autocast_state import autocast_dtype, autocast_enabled, switch_autocast_off
 from amp_lessons.models import TinyClassifier, seeded_weights
 from amp_lessons.training import total_grad_norm
 
@@ -85,6 +87,13 @@ class Log:
         return any(i > last_then for i, n in enumerate(names) if n == first)
 
 
+def arriving_gradient(grad: torch.Tensor) -> dict:
+    """What backward brings to a model output: is it finite, its largest magnitude (inf when it is not)."""
+    g = grad.detach().float()
+    finite = bool(torch.isfinite(g).all())
+    return {"finite": finite, "grad_absmax": float(g.abs().max()) if finite else float("inf")}
+
+
 class _OutputProbe(torch.autograd.Function):
     """Identity on the model output; its backward runs first, so it sees the state backward starts in."""
 
@@ -96,15 +105,8 @@ class _OutputProbe(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         watched = ctx.watched
-        g = grad.detach().float()
-        finite = bool(torch.isfinite(g).all())
-        watched.log.add(
-            "backward",
-            autocast=autocast_enabled(DEVICE_TYPE),
-            grad_absmax=float(g.abs().max()) if finite else float("inf"),
-            finite=finite,
-            stale=not grads_all_zero(watched.parameters()),
-        )
+        watched.log.add("backward", autocast=autocast_enabled(DEVICE_TYPE), **arriving_gradient(grad),
+                        stale=not grads_all_zero(watched.parameters()))
         return grad, None
 
 
@@ -362,6 +364,40 @@ class CallRecord:
     scale_after: float = float("nan")
     params_after: list = field(default_factory=list)
     param_dtypes_after: set = field(default_factory=set)
+
+
+@contextlib.contextmanager
+def recorded_call(run):
+    """Around one call of a step on ``run`` (a ``ProbedRun``): yields a fresh ``CallRecord`` for the caller to
+    fill in (``returned``, or ``problem`` when the learner's code failed).
+
+    While the call runs, every GradScaler it creates is counted and torch's warnings are kept; afterwards an
+    autocast the call left switched on is recorded and switched off, and the state the call left behind (the
+    parameters, their dtypes and gradient norm, the loss scale) is recorded.
+    """
+    record = CallRecord(run.new_log(), scale_before=run.scaler.get_scale())
+    original_init = torch.amp.GradScaler.__init__
+
+    def counting_init(scaler_self, *args, **kwargs):
+        record.new_scalers += 1
+        original_init(scaler_self, *args, **kwargs)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.amp.GradScaler.__init__ = counting_init
+        try:
+            yield record
+        finally:
+            torch.amp.GradScaler.__init__ = original_init
+            record.autocast_left_on = autocast_enabled(DEVICE_TYPE) or autocast_enabled("cuda")
+            if record.autocast_left_on:
+                switch_autocast_off()
+    record.warnings = [str(w.message) for w in caught]
+    params = list(run.model.parameters())
+    record.norm_after = grad_norm(params)
+    record.params_after = [p.detach().clone() for p in params]
+    record.param_dtypes_after = {p.dtype for p in params}
+    record.scale_after = run.scaler.current_scale()
 
 
 @dataclass

@@ -2,6 +2,7 @@
 autocast/scaler switchboard, TF32 emulation and pinning, BCE, eps, and the torch.compile helpers."""
 
 import math
+import warnings
 
 import matplotlib.pyplot as plt
 import pytest
@@ -12,6 +13,7 @@ from amp_lessons import loop_numerics, training_loop
 from amp_lessons.accumulation_probes import SCENARIOS, ProbedRun, events
 from amp_lessons.environment import float32_matmul_settings, float32_settings_text, one_cpu_thread
 from amp_lessons.models import DeepSigmoidMLP, OutlierFeatureMLP, TinyClassifier, seeded_weights
+from amp_lessons.step_probes import recorded_call
 from amp_lessons.training import train_step
 
 
@@ -233,3 +235,34 @@ def test_probes_record_a_reference_step_in_order():
     assert names[-3:] == ["scaler.step", "optimizer.step", "update"] and names[0] == "zero_grad"
     assert not any(e["erased"] or e["changed"] for e in events(log, "forward"))
     assert not any(e["stale"] for e in events(log, "backward"))
+
+
+def test_probes_keep_watching_gradients_on_data_labelled_cuda():
+    """The CUDA-labelled run: data and parameters report CUDA; the gradient hooks still see each backward."""
+    scenario = next(s for s in SCENARIOS if s.cuda_labelled)
+    run = ProbedRun(scenario)
+    assert not run.scaler.is_enabled() and next(run.model.parameters()).is_cuda
+    assert all(x.device.type == "cuda" for x, _ in run.micro_batches(0))
+    log = run.new_log()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 'CUDA is not available... Disabling autocast' on a CPU machine
+        training_loop.accumulate_step(run.model, run.optimizer, run.scaler, run.loss_fn, run.micro_batches(0),
+                                      dtype=scenario.dtype)
+    assert not any(e["autocast"] for e in events(log, "forward"))  # no CPU autocast for CUDA data
+    assert run.model.accumulated and log.count("backward") == scenario.parts
+
+
+def test_recorded_call_restores_torch_when_the_call_raises():
+    run = ProbedRun(SCENARIOS[0])
+    original = torch.amp.GradScaler.__init__
+    with pytest.raises(RuntimeError, match="boom"), recorded_call(run) as record:
+        torch.amp.GradScaler("cpu")
+        torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
+        raise RuntimeError("boom")
+    assert record.new_scalers == 1 and torch.amp.GradScaler.__init__ is original
+    assert not torch.is_autocast_enabled("cpu")
+    with recorded_call(run) as record:
+        torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
+    assert record.autocast_left_on and not torch.is_autocast_enabled("cpu")
+    assert record.scale_before == 2.0**10 and math.isnan(record.scale_after)  # no scale() yet
+    assert record.params_after and record.param_dtypes_after == {torch.float32}

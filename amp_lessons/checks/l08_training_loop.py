@@ -1,10 +1,13 @@
 """Lesson 08's checker: one optimizer step accumulated over several micro-batches with a GradScaler.
 
 ``check_accumulate_step`` runs the learner's ``accumulate_step`` and the reference
-(``amp_lessons.training_loop.accumulate_step``) from identical states in four scenarios (see
-``amp_lessons.accumulation_probes``): four FP16 micro-batches with stale gradients in ``.grad``; four BF16
-micro-batches whose gradient norm is above ``max_norm``; two FP16 micro-batches that overflow (the step must
-be skipped and the scale backed off); two consecutive calls (the scale must grow in between).
+(``amp_lessons.training_loop.accumulate_step``) from identical states in lesson 03's six scenarios, with
+micro-batches (see ``amp_lessons.accumulation_probes``): four FP16 micro-batches with stale gradients in
+``.grad``; four FP16 micro-batches whose gradient norm is above ``max_norm``; two FP16 micro-batches that
+overflow (the step must be skipped and the scale backed off); two consecutive calls (the scale must grow in
+between); four BF16 micro-batches with a *disabled* GradScaler (BF16 needs no loss scaling; the same code
+runs); two micro-batches that report a CUDA device (the device type the step chooses for autocast is
+observed). Everything is judged by what the step does, never by its source text.
 
 Everything the learner's code touches records what happens (see the probes module), and the named mistakes
 below are read from that record, most specific first, in three tables: setting up each micro-batch
@@ -15,21 +18,15 @@ losses summed and one backward; any spelling of zero_grad, autocast or clipping.
 
 from __future__ import annotations
 
-import ast
-import inspect
 import math
-import textwrap
-import warnings
-from dataclasses import dataclass, field
 
 import torch
 
-from amp_lessons.accumulation_probes import DEVICE_TYPE, ROWS, SCENARIOS, ProbedRun, Scenario, events
-from amp_lessons.autocast_state import autocast_enabled, switch_autocast_off
+from amp_lessons.accumulation_probes import ROWS, SCENARIOS, ProbedRun, Seen, events
 from amp_lessons.checks.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed
 from amp_lessons.checks.mistakes import Mistake, first_mistake
 from amp_lessons.environment import dtype_name, one_cpu_thread
-from amp_lessons.step_probes import Log
+from amp_lessons.step_probes import CallRecord, close, recorded_call
 from amp_lessons.training_loop import accumulate_step as reference_accumulate_step
 from amp_lessons.utils import scale_text
 
@@ -37,45 +34,11 @@ ORDER = ("backward (per micro-batch, or once) -> after the loop: unscale_ -> cli
          "scaler.update")
 
 
-def _close(a: float, b: float, rtol: float) -> bool:
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return False
-    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-30)
-
-
-# ------------------------------------------------------------------------------------------- one call
-
-
-@dataclass
-class CallRecord:
-    """Everything observed during one call of an accumulation step."""
-
-    log: Log
-    returned: object = None
-    problem: LearnerProblem | None = None
-    warnings: list = field(default_factory=list)
-    new_scalers: int = 0
-    autocast_left_on: bool = False
-    scale_before: float = 0.0
-    scale_after: float = math.nan
-    params_after: list = field(default_factory=list)
-    param_dtypes_after: set = field(default_factory=set)
-
-
 def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
     """Call ``fn`` on the run's objects and micro-batches number ``index`` (the learner's via the harness)."""
-    record = CallRecord(run.new_log(), scale_before=run.scaler.get_scale())
     args = (run.model, run.optimizer, run.scaler, run.loss_fn, run.micro_batches(index))
     kwargs = {"dtype": run.scenario.dtype, "max_norm": run.scenario.max_norm}
-    original_init = torch.amp.GradScaler.__init__
-
-    def counting_init(scaler_self, *a, **kw):
-        record.new_scalers += 1
-        original_init(scaler_self, *a, **kw)
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.amp.GradScaler.__init__ = counting_init
+    with recorded_call(run) as record:
         try:
             if learner:
                 record.returned = call_learner(fn, *args, what="`accumulate_step`", **kwargs)
@@ -83,98 +46,17 @@ def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
                 record.returned = fn(*args, **kwargs)
         except LearnerProblem as problem:
             record.problem = problem
-        finally:
-            torch.amp.GradScaler.__init__ = original_init
-            record.autocast_left_on = autocast_enabled(DEVICE_TYPE) or autocast_enabled("cuda")
-            if record.autocast_left_on:
-                switch_autocast_off()
-    record.warnings = [str(w.message) for w in caught]
-    params = list(run.model.parameters())
-    record.params_after = [p.detach().clone() for p in params]
-    record.param_dtypes_after = {p.dtype for p in params}
-    record.scale_after = run.scaler.get_scale() if run.scaler._scale is not None else math.nan
     return record
 
 
 # ------------------------------------------------------------------------------------------- what was seen
 
 
-@dataclass
-class Seen:
-    """The facts the mistake tables read: the learner's call, the reference call, and the scenario."""
-
-    ref: CallRecord
-    got: CallRecord
-    scenario: Scenario
-    where: str
-
-    @property
-    def log(self) -> Log:
-        return self.got.log
-
-    @property
-    def names(self) -> list:
-        return self.got.log.names()
-
-    @property
-    def error(self) -> str:
-        return self.got.problem.result.message if self.got.problem is not None else ""
-
-    @property
-    def text(self) -> str:
-        return (" ".join(self.got.warnings) + " " + self.error).lower()
-
-    @property
-    def parts(self) -> int:
-        return self.scenario.parts
-
-    @property
-    def scale(self) -> float:
-        return self.got.scale_before
-
-    def forwards(self) -> list:
-        return events(self.log, "forward")
-
-    def position(self, name: str, last: bool = False) -> int:
-        """Index of the first (or last) event ``name``; -1 when there is none."""
-        names = self.names
-        if name not in names:
-            return -1
-        return len(names) - 1 - names[::-1].index(name) if last else names.index(name)
-
-    def inside_loop(self, name: str) -> bool:
-        """``name`` came before the last backward, or in a loop that an error cut short after a backward."""
-        cut_short = bool(self.error) and self.log.count("backward") < self.parts
-        before_last = 0 <= self.position(name) < self.position("backward", last=True)
-        return before_last or (cut_short and 0 <= self.position("backward") < self.position(name))
-
-    def between_backwards(self, name: str) -> bool:
-        first, last = self.position("backward"), self.position("backward", last=True)
-        return any(first < i < last for i, n in enumerate(self.names) if n == name)
-
-    def output_gradient_ratio(self) -> float:
-        """Gradient reaching each micro-batch's output / the reference's (median; NaN when not comparable)."""
-        ref = {e["index"]: e for e in events(self.ref.log, "backward")}
-        ratios = [e["grad_absmax"] / ref[e["index"]]["grad_absmax"] for e in events(self.log, "backward")
-                  if e["index"] in ref and e["finite"] and ref[e["index"]]["finite"]
-                  and ref[e["index"]]["grad_absmax"] > 0]
-        return sorted(ratios)[len(ratios) // 2] if ratios else math.nan
-
-    def ratio_is(self, factor: float) -> bool:
-        return _close(self.output_gradient_ratio(), factor, 0.05)
-
-    def norm_used(self, record: CallRecord | None = None) -> float:
-        """The gradient norm the optimizer used (scaler.step unscales first when the learner did not)."""
-        steps = events((record or self.got).log, "scaler.step")
-        if not steps:
-            return math.nan
-        return steps[0]["norm"] if steps[0]["unscaled"] else steps[0]["norm"] / steps[0]["scale"]
-
-
 def _forward_message(seen: Seen) -> str:
     cuda = any(e["autocast_cuda"] for e in seen.forwards())
-    if cuda or ("cuda" in seen.text and ("not available" in seen.text or "deprecated" in seen.text)):
-        how = ("torch.cuda.amp.autocast (deprecated, and CUDA-only)" if "torch.cuda.amp.autocast" in seen.text
+    said = seen.lower
+    if cuda or ("cuda" in said and ("not available" in said or "deprecated" in said)):
+        how = ("torch.cuda.amp.autocast (deprecated, and CUDA-only)" if "torch.cuda.amp.autocast" in said
                else "device_type='cuda'")
         return (f"{seen.where}: autocast was on for CUDA but the micro-batches are on the CPU, so the "
                 f"forward passes ran in FP32: you used {how}. Take the device from the data: "
@@ -185,34 +67,33 @@ def _forward_message(seen: Seen) -> str:
 
 
 def _wrong_dtype(seen: Seen):
-    return next((e["dtype"] for e in seen.forwards() if e["dtype"] != seen.scenario.dtype), None)
-
-
-def _low_params(seen: Seen) -> set:
-    low = {d for d in seen.got.param_dtypes_after if d != torch.float32}
-    for event in seen.forwards():
-        low |= {d for d in event["param_dtypes"] if d != torch.float32}
-    return low
+    return next((e["dtype"] for e in seen.forwards() if e["autocast"] and e["dtype"] != seen.scenario.dtype),
+                None)
 
 
 def _ratio_message(seen: Seen) -> str:
     ratio, n, where = seen.output_gradient_ratio(), seen.parts, seen.where
-    if _close(ratio, n, 0.05):
+    if close(ratio, n, 0.05):
         return (f"{where}: the gradients are {n} times too large: each micro-batch's loss went into backward "
                 f"without being divided by the number of micro-batches ({n}). Their gradients add up in "
                 f".grad, so the batch gradient is the sum of `grad(loss_k) / {n}`: use "
                 "`scaler.scale(loss / len(micro_batches)).backward()`. (Clipping hides this while the norm "
                 "is above max_norm, never otherwise.)")
-    if _close(ratio, 1 / n, 0.05):
+    if close(ratio, 1 / n, 0.05):
         return (f"{where}: the gradients are {n} times too small: the loss was divided by {n} twice (e.g. "
                 "once per micro-batch and once more for the sum). Divide each micro-batch's loss by the "
                 "number of micro-batches exactly once.")
-    if _close(ratio, seen.scale, 0.05) or _close(ratio, seen.scale * n, 0.05):
+    if close(ratio, seen.scale, 0.05) or close(ratio, seen.scale * n, 0.05):
         return (f"{where}: the loss was scaled twice (gradients {scale_text(seen.scale)} times too large). "
                 "Call scaler.scale() once per loss, or once on the sum of the divided losses.")
     return (f"{where}: the gradient reaching each micro-batch's output was {ratio:.4g} times the expected "
             f"one (`scaler.scale(loss / {n}).backward()` per micro-batch, or one backward of "
             f"`scaler.scale(sum_of_losses / {n})`).")
+
+
+def _stepper(seen: Seen) -> str:
+    """The step the learner called: scaler.step, or optimizer.step (BF16 bypassing its disabled scaler)."""
+    return "scaler.step" if "scaler.step" in seen.names else "optimizer.step"
 
 
 def _zeroes_at_end(seen: Seen) -> bool:
@@ -234,17 +115,22 @@ SETUP_RULES = (
     Mistake("new GradScaler", lambda s: s.got.new_scalers, lambda s: (
         f"{s.where}: your accumulate_step created a new GradScaler"
         + (" (and torch.cuda.amp.GradScaler is deprecated: use torch.amp.GradScaler)"
-           if "torch.cuda.amp.gradscaler" in s.text else "")
+           if "torch.cuda.amp.gradscaler" in s.lower else "")
         + ". Use the scaler you are given: it belongs to the training run, and a fresh one starts from "
         "init_scale every step and forgets its overflow history.")),
-    Mistake("low-precision parameters", _low_params, lambda s: (
+    Mistake("low-precision parameters", lambda s: s.low_param_dtypes, lambda s: (
         f"{s.where}: the model's parameters became "
-        f"{', '.join(sorted(dtype_name(d) for d in _low_params(s)))}: did you call .half() / .to(dtype) on "
-        "the model? Keep the parameters FP32; autocast casts per op.")),
+        f"{', '.join(sorted(dtype_name(d) for d in s.low_param_dtypes))}: did you call .half() / .to(dtype) "
+        "on the model? Keep the parameters FP32; autocast casts per op.")),
     Mistake("model never called", lambda s: not s.forwards(), lambda s: _or_error(
         s, "the model was never called. Run `model(inputs)` for each micro-batch inside autocast.")),
-    Mistake("forward without autocast", lambda s: any(not e["autocast"] for e in s.forwards()),
-            _forward_message),
+    Mistake("CPU autocast on CUDA data", lambda s: not s.autocast_expected
+            and any(e["autocast"] for e in s.forwards()), lambda s: (
+        f"{s.where}: the micro-batches are on a CUDA device, but your step switched on autocast for the CPU. "
+        "On a GPU that autocast does nothing for the model's ops, so the whole step would run in FP32. Take "
+        "the device type from the data: `torch.autocast(device_type=inputs.device.type, dtype=dtype)`.")),
+    Mistake("forward without autocast", lambda s: s.autocast_expected
+            and any(not e["autocast"] for e in s.forwards()), _forward_message),
     Mistake("wrong autocast dtype", lambda s: _wrong_dtype(s) is not None, lambda s: (
         f"{s.where}: autocast ran in {dtype_name(_wrong_dtype(s))}, but accumulate_step was called with "
         f"dtype={dtype_name(s.scenario.dtype)}. Pass it on: `torch.autocast(..., dtype=dtype)`.")),
@@ -259,7 +145,8 @@ SETUP_RULES = (
         f"for {s.parts} micro-batches; call it once per micro-batch.")),
     Mistake("loss never computed", lambda s: not events(s.log, "loss"), lambda s: _or_error(
         s, "loss_fn was never called. Compute each micro-batch's loss inside autocast.")),
-    Mistake("loss outside autocast", lambda s: any(not e["autocast"] for e in events(s.log, "loss")),
+    Mistake("loss outside autocast", lambda s: s.autocast_expected
+            and any(not e["autocast"] for e in events(s.log, "loss")),
             lambda s: (
         f"{s.where}: a loss was computed outside autocast. Put `loss = loss_fn(model(inputs), targets)` "
         "inside the `with torch.autocast(...)` block: the policy decides the loss's precision too.")),
@@ -270,8 +157,16 @@ SETUP_RULES = (
         f"{s.where}: backward ran inside the autocast block. Autocast covers only forward passes and losses: "
         "backward reuses the dtypes the forward chose, and under autocast its ops are dispatched through the "
         "policy again. Move the backward call below the `with` block.")),
-    Mistake("backward on the unscaled loss", lambda s: not events(s.log, "scale") or s.ratio_is(1 / s.scale)
-            or s.ratio_is(s.parts / s.scale), lambda s: (
+    Mistake("loss scaled by hand", lambda s: s.scaling and not events(s.log, "scale") and s.ratio_is(1.0),
+            lambda s: (
+        f"{s.where}: you scaled the loss by hand (e.g. `(loss * scaler.get_scale() / N).backward()`) "
+        "instead of calling `scaler.scale(...)`. The gradients come out scaled by the same factor, but "
+        "scaler.scale() also sets up the scaler's state for this step (its scale tensor, on the loss's "
+        "device), which unscale_, step and update rely on, and get_scale() makes the CPU wait for the GPU. "
+        "Use "
+        "`scaler.scale(loss / len(micro_batches)).backward()`.")),
+    Mistake("backward on the unscaled loss", lambda s: s.scaling and (
+        not events(s.log, "scale") or s.ratio_is(1 / s.scale) or s.ratio_is(s.parts / s.scale)), lambda s: (
         f"{s.where}: backward ran on the unscaled loss. Scale it first, "
         "`scaler.scale(loss / len(micro_batches)).backward()`: otherwise small FP16 gradients underflow, and "
         f"scaler.step() divides the gradients by the scale anyway, so the update is {scale_text(s.scale)} "
@@ -281,17 +176,17 @@ SETUP_RULES = (
 )
 
 LOOP_RULES = (
-    Mistake("step inside the loop", lambda s: s.inside_loop("scaler.step") or s.log.count("scaler.step") > 1,
-            lambda s: (
-        f"{s.where}: scaler.step() ran inside the micro-batch loop ({s.log.count('scaler.step')} calls for "
+    Mistake("step inside the loop", lambda s: any(s.inside_loop(step) or s.log.count(step) > 1
+                                                  for step in ("scaler.step", "optimizer.step")), lambda s: (
+        f"{s.where}: {_stepper(s)}() ran inside the micro-batch loop ({s.log.count(_stepper(s))} calls for "
         f"{s.parts} micro-batches). That is {s.parts} small optimizer steps, each from 1/{s.parts} of the "
         "batch, not one step from the whole batch (and with Adam each small step is full-sized). Accumulate "
         f"all micro-batches first, then once: {ORDER}.")),
-    Mistake("update inside the loop", lambda s: s.inside_loop("update"), lambda s: (
+    Mistake("update inside the loop", lambda s: s.scaling and s.inside_loop("update"), lambda s: (
         f"{s.where}: scaler.update() ran inside the micro-batch loop. update() may change the scale, so the "
         "micro-batches' gradients would be added up in different units (torch even refuses an update() with "
         f"no step() before it: 'No inf checks were recorded'). Call it once, last: {ORDER}.")),
-    Mistake("unscale_ inside the loop", lambda s: s.inside_loop("unscale_"), lambda s: (
+    Mistake("unscale_ inside the loop", lambda s: s.scaling and s.inside_loop("unscale_"), lambda s: (
         f"{s.where}: scaler.unscale_() ran inside the micro-batch loop. The next micro-batch's scaled "
         "gradients would be added to already unscaled ones (torch refuses a second unscale_() before "
         f"update()). Unscale once, after the last micro-batch: {ORDER}.")),
@@ -319,29 +214,30 @@ LOOP_RULES = (
 )
 
 STEP_RULES = (
-    Mistake("optimizer.step directly",
-            lambda s: any(not e["via_scaler"] for e in events(s.log, "optimizer.step")), lambda s: (
+    Mistake("optimizer.step directly", lambda s: (s.scaling or s.log.count("optimizer.step") > 1)
+            and any(not e["via_scaler"] for e in events(s.log, "optimizer.step")), lambda s: (
         f"{s.where}: you called optimizer.step() directly"
         + (" as well as scaler.step(optimizer)" if "scaler.step" in s.names else "")
         + ". Use `scaler.step(optimizer)` only: it unscales the gradients if you have not, and skips the "
         "update when any micro-batch produced inf/NaN.")),
-    Mistake("unscale_ twice", lambda s: s.log.count("unscale_") > 1, lambda s: (
+    Mistake("unscale_ twice", lambda s: s.scaling and s.log.count("unscale_") > 1, lambda s: (
         f"{s.where}: scaler.unscale_(optimizer) was called {s.log.count('unscale_')} times. Call it once, "
         "after the last micro-batch and before clipping.")),
-    Mistake("unscale_ after step", lambda s: 0 <= s.position("scaler.step") < s.position("unscale_"),
-            lambda s: (
+    Mistake("unscale_ after step", lambda s: s.scaling
+            and 0 <= s.position("scaler.step") < s.position("unscale_"), lambda s: (
         f"{s.where}: scaler.unscale_() came after scaler.step(): step() has already unscaled and applied the "
         f"gradients. {ORDER}.")),
-    Mistake("update before step", lambda s: s.log.count("update") > 0 and not 0 <= s.position("scaler.step")
-            < s.position("update", last=True), lambda s: (
+    Mistake("update before step", lambda s: s.scaling and s.log.count("update") > 0
+            and not 0 <= s.position("scaler.step") < s.position("update", last=True), lambda s: (
         f"{s.where}: scaler.update() ran before scaler.step(optimizer) (or without it). update() reads the "
         f"inf checks of this step's step(), so it comes last: {ORDER}.")),
-    Mistake("no step", lambda s: "scaler.step" not in s.names, lambda s: _or_error(
+    Mistake("no step", lambda s: "scaler.step" not in s.names
+            and (s.scaling or "optimizer.step" not in s.names), lambda s: _or_error(
         s, "the optimizer never stepped. Call `scaler.step(optimizer)` once, after the loop.")),
-    Mistake("no update", lambda s: "update" not in s.names, lambda s: (
+    Mistake("no update", lambda s: s.scaling and "update" not in s.names, lambda s: (
         f"{s.where}: scaler.update() was never called. Without it the scale never adapts, and the next "
         "scaler.step() fails. End the step with `scaler.update()`, once.")),
-    Mistake("update twice", lambda s: s.log.count("update") > 1, lambda s: (
+    Mistake("update twice", lambda s: s.scaling and s.log.count("update") > 1, lambda s: (
         f"{s.where}: scaler.update() was called {s.log.count('update')} times; once per optimizer step, "
         "after scaler.step().")),
     Mistake("error", lambda s: bool(s.error), lambda s: f"{s.where}: {s.error}"),
@@ -353,22 +249,19 @@ STEP_RULES = (
 
 def _clipping_message(seen: Seen) -> str | None:
     """Did the optimizer use the reference's gradient norm? If not, which clipping mistake explains it."""
-    used, expected = seen.norm_used(), seen.norm_used(seen.ref)
-    max_norm, where = seen.scenario.max_norm, seen.where
-    if not (math.isfinite(used) and math.isfinite(expected)) or _close(used, expected, 0.02):
+    if not seen.clipped_wrong:
         return None  # an overflowing step is judged by what happened to the parameters and the scale
+    used, expected, max_norm, where = seen.norm_used, seen.norm_expected, seen.max_norm, seen.where
     if max_norm is None:
         return (f"{where}: max_norm is None, which means no clipping, but the gradient norm the optimizer "
                 f"used was {used:.4g} instead of {expected:.4g}. Clip only `if max_norm is not None:`.")
-    step_scale = events(seen.log, "scaler.step")[0]["scale"]
-    if _close(used, max_norm / step_scale, 0.05):
+    if seen.scaling and seen.clipped_scaled:
         how = "before scaler.unscale_()" if "unscale_" in seen.names else "without scaler.unscale_() first"
-        return (f"{where}: you clipped {how}: clip_grad_norm_ saw gradients {scale_text(step_scale)} times "
-                f"too large and cut them to norm {max_norm}; unscaled, the update had norm {used:.3g}. After "
-                f"the loop: {ORDER}.")
-    unscale = events(seen.ref.log, "unscale_")
-    raw = unscale[0]["norm_before"] / step_scale if unscale else math.nan
-    if used > max_norm * 1.02 and not _close(used, raw, 0.02):
+        return (f"{where}: you clipped {how}: clip_grad_norm_ saw gradients {scale_text(seen.scale_used)} "
+                f"times too large and cut them to norm {max_norm}; unscaled, the update had norm {used:.3g}. "
+                f"After the loop: {ORDER}.")
+    raw = seen.unclipped_norm
+    if used > max_norm * 1.02 and not close(used, raw, 0.02):
         return (f"{where}: the gradient norm the optimizer used was {used:.4g}: the gradients were changed, "
                 f"but not clipped to total norm max_norm={max_norm} (unclipped it is {raw:.4g}). Use "
                 "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`, not clip_grad_value_, after "
@@ -384,31 +277,20 @@ def _clipping_message(seen: Seen) -> str | None:
 
 def _results_message(seen: Seen) -> str | None:
     ref, got, where = seen.ref, seen.got, seen.where
-    if not _close(got.scale_after, ref.scale_after, 1e-6):
+    if not close(got.scale_after, ref.scale_after, 1e-6):
         return (f"{where}: the loss scale after the step is {scale_text(got.scale_after)}; the reference "
                 f"leaves {scale_text(ref.scale_after)}. Call scaler.update() exactly once, after "
                 "scaler.step(optimizer).")
-    skipped = ref.log.count("optimizer.step") == 0
-    for p_ref, p_got in zip(ref.params_after, got.params_after):
-        if p_ref.shape != p_got.shape or not torch.allclose(p_ref, p_got, rtol=1e-3, atol=1e-5,
-                                                             equal_nan=True):
-            if skipped:
-                return (f"{where}: a micro-batch overflowed, so this step must be skipped, but the "
-                        "parameters changed. scaler.step(optimizer) skips the update when any gradient is "
-                        "inf/NaN.")
-            diff = (p_ref - p_got).abs().max().item() if p_ref.shape == p_got.shape else math.nan
-            return (f"{where}: after your step the parameters differ from the reference step's by up to "
-                    f"{diff:.3g}, although every call looked right. Accumulate `loss / N` from every "
-                    f"micro-batch, then {ORDER}.")
-    return None
-
-
-def _as_loss(value):
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.detach().float())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
+    difference = seen.first_param_difference
+    if difference is None:
+        return None
+    if ref.log.count("optimizer.step") == 0:
+        return (f"{where}: a micro-batch overflowed, so this step must be skipped, but the parameters "
+                "changed. scaler.step(optimizer) skips the update when any gradient is inf/NaN.")
+    p_ref, p_got = difference
+    diff = (p_ref - p_got).abs().max().item() if p_ref.shape == p_got.shape else math.nan
+    return (f"{where}: after your step the parameters differ from the reference step's by up to {diff:.3g}, "
+            f"although every call looked right. Accumulate `loss / N` from every micro-batch, then {ORDER}.")
 
 
 def _return_message(seen: Seen) -> str | None:
@@ -416,24 +298,25 @@ def _return_message(seen: Seen) -> str | None:
     if value is None:
         return (f"{where}: accumulate_step returned None. Return the batch loss (the mean of the micro-batch "
                 "losses).")
-    number = _as_loss(value)
+    number = seen.returned_number
     if number is None:
         shape = f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else ""
         return (f"{where}: accumulate_step returned a {type(value).__name__}{shape}; return one number, the "
                 "mean of the micro-batch losses, e.g. `torch.stack(losses).mean()`.")
     losses = [e["value"] for e in events(seen.ref.log, "loss")]
     mean = sum(losses) / len(losses)
-    if _close(number, mean, 1e-3):
+    if close(number, mean, 1e-3):
         return None
     candidates = {"the last micro-batch's loss": losses[-1], "the last micro-batch's loss divided by N":
                   losses[-1] / n, "the sum of the micro-batch losses": sum(losses),
                   "the mean divided by N once more": mean / n}
     for label, candidate in candidates.items():
-        if _close(number / seen.scale, candidate, 1e-3) or _close(number / seen.scale, candidate / n, 1e-3):
+        if seen.scaling and (close(number / seen.scale, candidate, 1e-3)
+                             or close(number / seen.scale, candidate / n, 1e-3)):
             return (f"{where}: accumulate_step returned a scaled loss ({number:.6g}, multiplied by the scale "
                     f"{scale_text(seen.scale)}). Return the losses as loss_fn computed them (their mean); "
                     "scaler.scale(...) is only for backward.")
-        if _close(number, candidate, 1e-3):
+        if close(number, candidate, 1e-3):
             return (f"{where}: accumulate_step returned {number:.6g}, {label}; the batch loss is the mean of "
                     f"all {n} micro-batch losses, {mean:.6g}. Keep each loss "
                     "(`losses.append(loss.detach())`) and return their mean.")
@@ -452,31 +335,27 @@ def _diagnose(seen: Seen) -> str | None:
 # ------------------------------------------------------------------------------------------- the checker
 
 
-def hardcoded_device(fn) -> str | None:
-    """'cpu' or 'cuda' when the function's source contains that string literal (a hard-coded device type)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and node.value in ("cpu", "cuda"):
-            return node.value
-    return None
+def observations(accumulate_step):
+    """Each call of ``accumulate_step`` next to the reference call from the same state, scenario by scenario.
+
+    A generator: the checker stops at the first call with a named mistake, so later scenarios never run.
+    """
+    for scenario in SCENARIOS:
+        reference, learner = ProbedRun(scenario), ProbedRun(scenario)
+        for step_no in range(scenario.steps):
+            ref = _call(reference, reference_accumulate_step, step_no, learner=False)  # errors: checker bugs
+            got = _call(learner, accumulate_step, step_no, learner=True)
+            yield Seen(ref, got, scenario, step_no)
 
 
 def _judge(accumulate_step):
     """Run every scenario; the first named mistake as a failed result, a "not done" result, or None."""
-    for scenario in SCENARIOS:
-        reference, learner = ProbedRun(scenario), ProbedRun(scenario)
-        for call_no in range(scenario.calls):
-            ref = _call(reference, reference_accumulate_step, call_no, learner=False)  # errors: checker bugs
-            got = _call(learner, accumulate_step, call_no, learner=True)
-            if got.problem is not None and got.problem.result.status == NOT_DONE:
-                return got.problem.result
-            where = f"In {scenario.title}" + (f", call {call_no + 1}" if scenario.calls > 1 else "")
-            message = _diagnose(Seen(ref, got, scenario, where))
-            if message:
-                return failed(message)
+    for seen in observations(accumulate_step):
+        if seen.got.problem is not None and seen.got.problem.result.status == NOT_DONE:
+            return seen.got.problem.result
+        message = _diagnose(seen)
+        if message:
+            return failed(message)
     return None
 
 
@@ -489,14 +368,10 @@ def check_accumulate_step(accumulate_step):
         result = _judge(accumulate_step)
     if result is not None:
         return result
-    device = hardcoded_device(accumulate_step)
-    if device:
-        return failed("Your step behaves like the reference here, but it hard-codes the device type "
-                      f"'{device}'. On another machine autocast would then be on for the wrong device and do "
-                      "nothing. Use `inputs.device.type` of the micro-batches.")
     return passed(
-        "Your accumulation step matches the reference in all four scenarios: autocast around each "
-        "micro-batch's forward pass and loss, every loss divided by the number of micro-batches and scaled, "
-        "the gradients accumulated at one scale, then once: unscale_, clip, scaler.step, scaler.update; an "
-        "overflowing micro-batch skips the whole step, and the scale grows between steps."
+        f"Your accumulation step matches the reference in all {len(SCENARIOS)} scenarios: autocast on the "
+        "data's device around each micro-batch's forward pass and loss, every loss divided by the number of "
+        "micro-batches and scaled, the gradients accumulated at one scale, then once: unscale_, clip, "
+        "scaler.step, scaler.update; an overflowing micro-batch skips the whole step, the scale grows "
+        "between steps, and the same code runs BF16 with a disabled scaler."
     )

@@ -7,8 +7,13 @@ import pytest
 import torch
 from notebook_code import exercise, solution
 
+from amp_lessons.accumulation_probes import SCENARIOS
+from amp_lessons.autocast_state import switch_autocast_off
+from amp_lessons.checks import l08_training_loop as l08
 from amp_lessons.checks.harness import NOT_DONE, PASSED
 from amp_lessons.checks.l08_training_loop import check_accumulate_step
+from amp_lessons.checks.mistakes import first_mistake
+from amp_lessons.environment import one_cpu_thread
 from amp_lessons.training_loop import WRONG_PLACEMENTS
 from amp_lessons.training_loop import accumulate_step as reference_accumulate_step
 
@@ -424,7 +429,7 @@ WRONG = {
     **{WRONG_PLACEMENTS[name]: message for name, message in PLACEMENT_MESSAGES.items()},
     no_autocast: "did not run under autocast",
     hardcoded_cuda: "autocast was on for CUDA",
-    hardcoded_cpu: "hard-codes the device type 'cpu'",
+    hardcoded_cpu: "but your step switched on autocast for the CPU",
     ignores_dtype: "autocast ran in float16, but accumulate_step was called with dtype=bfloat16",
     loss_outside_autocast: "a loss was computed outside autocast",
     backward_inside_autocast: "backward ran inside the autocast block",
@@ -513,3 +518,177 @@ def test_accumulate_checker_is_fast_and_leaves_no_state():
         start = time.perf_counter()
     assert torch.equal(torch.rand(3), expected), "the check changed the learner's random stream"
     assert not torch.is_autocast_enabled("cpu")
+
+
+# ---------------------------------------------- the device a step chooses, judged by what it does (issue 11)
+
+
+def _accumulate_on(device_type, model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm,
+                   enabled=True):
+    optimizer.zero_grad()
+    losses = []
+    for x, y in micro_batches:
+        with torch.autocast(device_type, dtype=dtype, enabled=enabled):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss / len(micro_batches)).backward()
+        losses.append(loss.detach())
+    finish(model, optimizer, scaler, max_norm)
+    return torch.stack(losses).mean()
+
+
+@wrong
+def device_is_cuda_ternary(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    device_type = "cuda" if micro_batches[0][0].is_cuda else "cpu"
+    return _accumulate_on(device_type, model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm,
+                          enabled=device_type in ("cpu", "cuda"))
+
+
+@wrong
+def device_from_the_model(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    device = next(model.parameters()).device
+    return _accumulate_on(device.type, model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm)
+
+
+@wrong
+def device_from_get_device(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    device_type = "cuda" if micro_batches[0][0].get_device() >= 0 else "cpu"
+    return _accumulate_on(device_type, model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm)
+
+
+@wrong
+def plain_when_scaler_is_off(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    """BF16 comes with a disabled scaler: skip it altogether then (what many training scripts do)."""
+    if scaler.is_enabled():
+        return reference_accumulate_step(model, optimizer, scaler, loss_fn, micro_batches, dtype=dtype,
+                                         max_norm=max_norm)
+    optimizer.zero_grad()
+    losses = [micro_loss(model, loss_fn, x, y, dtype) for x, y in micro_batches]
+    torch.stack(losses).mean().backward()
+    if max_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return torch.stack(losses).mean().detach()
+
+
+MORE_CORRECT = [device_is_cuda_ternary, device_from_the_model, device_from_get_device,
+                plain_when_scaler_is_off]
+
+
+@pytest.mark.parametrize("step", MORE_CORRECT, ids=lambda f: f.__name__)
+def test_accumulate_more_correct_variants_pass(step):
+    result = check_accumulate_step(step)
+    assert result.status == PASSED, result.message
+
+
+@wrong
+def device_from_the_machine(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"  # the machine, not the data
+    return _accumulate_on(device_type, model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm)
+
+
+@wrong
+def scales_by_hand(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    optimizer.zero_grad()
+    losses = []
+    for x, y in micro_batches:
+        loss = micro_loss(model, loss_fn, x, y, dtype)
+        (loss * scaler.get_scale() / len(micro_batches)).backward()
+        losses.append(loss.detach())
+    finish(model, optimizer, scaler, max_norm)
+    return torch.stack(losses).mean()
+
+
+@wrong
+def forgets_clipping_without_scaler(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    if scaler.is_enabled():
+        return reference_accumulate_step(model, optimizer, scaler, loss_fn, micro_batches, dtype=dtype,
+                                         max_norm=max_norm)
+    optimizer.zero_grad()
+    losses = [micro_loss(model, loss_fn, x, y, dtype) for x, y in micro_batches]
+    torch.stack(losses).mean().backward()
+    optimizer.step()  # forgot the clipping in this branch
+    return torch.stack(losses).mean().detach()
+
+
+@wrong
+def steps_per_micro_batch_without_scaler(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    if scaler.is_enabled():
+        return reference_accumulate_step(model, optimizer, scaler, loss_fn, micro_batches, dtype=dtype,
+                                         max_norm=max_norm)
+    optimizer.zero_grad()
+    losses = []
+    for x, y in micro_batches:
+        loss = micro_loss(model, loss_fn, x, y, dtype)
+        (loss / len(micro_batches)).backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).mean()
+
+
+@wrong
+def cpu_autocast_on_cuda_data(model, optimizer, scaler, loss_fn, micro_batches, dtype, max_norm):
+    """Takes the device from the data, but switches CPU autocast on as well 'to be safe'."""
+    optimizer.zero_grad()
+    losses = []
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, dtype=dtype), torch.autocast("cpu", dtype=dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss / len(micro_batches)).backward()
+        losses.append(loss.detach())
+    finish(model, optimizer, scaler, max_norm)
+    return torch.stack(losses).mean()
+
+
+MORE_WRONG = {
+    device_from_the_machine: ("autocast was on for CUDA" if torch.cuda.is_available()
+                              else "but your step switched on autocast for the CPU"),
+    scales_by_hand: "you scaled the loss by hand",
+    forgets_clipping_without_scaler: "the gradients were not clipped",
+    steps_per_micro_batch_without_scaler: "optimizer.step() ran inside the micro-batch loop (4 calls",
+    cpu_autocast_on_cuda_data: "but your step switched on autocast for the CPU",
+}
+
+
+@pytest.mark.parametrize("step", list(MORE_WRONG), ids=lambda f: f.__name__)
+def test_accumulate_more_wrong_steps_are_named(step):
+    result = check_accumulate_step(step)
+    assert result.status == "failed", result.message
+    assert MORE_WRONG[step] in result.message, result.message
+
+
+def test_accumulate_device_is_judged_by_behaviour_not_source():
+    """A literal "cpu"/"cuda" in a correct step is fine; the message for a hard-coded one says what it did."""
+    assert check_accumulate_step(device_is_cuda_ternary).passed
+    message = check_accumulate_step(hardcoded_cpu).message
+    assert "on a CUDA device" in message and "switched on autocast for the CPU" in message
+    assert "hard-code" not in message and not hasattr(l08, "hardcoded_device")
+
+
+def test_accumulate_bf16_scenarios_use_a_disabled_scaler():
+    """BF16 needs no loss scaling: BF16 steps get a disabled GradScaler, FP16 steps an enabled one."""
+    assert {s.dtype for s in SCENARIOS} == {torch.float16, torch.bfloat16}
+    for scenario in SCENARIOS:
+        assert scenario.scaler_enabled == (scenario.dtype == torch.float16), scenario.title
+    assert any(s.cuda_labelled for s in SCENARIOS)
+
+
+def _first_rule(step):
+    try:
+        for seen in l08.observations(step):
+            for rules in (l08.SETUP_RULES, l08.LOOP_RULES, l08.STEP_RULES):
+                rule = first_mistake(rules, seen)
+                if rule is not None:
+                    return seen, rule
+    finally:
+        switch_autocast_off()
+    raise AssertionError(f"no rule names a mistake in {step}")
+
+
+@pytest.mark.parametrize("step, name", [(hardcoded_cpu, "CPU autocast on CUDA data"),
+                                        (scales_by_hand, "loss scaled by hand"),
+                                        (steps_per_micro_batch_without_scaler, "step inside the loop")])
+def test_accumulate_new_rules_recognise_their_case(step, name):
+    with torch.random.fork_rng(devices=[]), one_cpu_thread():
+        seen, rule = _first_rule(step)
+    assert rule.name == name, rule.text(seen)
+    assert rule.text(seen).startswith(seen.where)
