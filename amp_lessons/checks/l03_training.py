@@ -28,7 +28,6 @@ import warnings
 import torch
 from torch import nn
 
-from amp_lessons.autocast_state import autocast_enabled, switch_autocast_off
 from amp_lessons.checks.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed
 from amp_lessons.checks.mistakes import Mistake, name_mistake
 from amp_lessons.environment import dtype_name, one_cpu_thread
@@ -41,7 +40,7 @@ from amp_lessons.step_probes import (
     Seen,
     UpdateCountingScaler,
     close,
-    grad_norm,
+    recorded_call,
 )
 from amp_lessons.training import train_step as reference_train_step
 from amp_lessons.utils import scale_text
@@ -51,19 +50,10 @@ from amp_lessons.utils import scale_text
 
 def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
     """Call ``fn`` on the run's next batch and record everything the probes saw."""
-    record = CallRecord(run.new_log(), scale_before=run.scaler.get_scale())
     inputs, targets = run.batches[index]
-    original_init = torch.amp.GradScaler.__init__
-
-    def counting_init(scaler_self, *args, **kwargs):
-        record.new_scalers += 1
-        original_init(scaler_self, *args, **kwargs)
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.amp.GradScaler.__init__ = counting_init
+    kwargs = {"dtype": run.scenario.dtype, "max_norm": run.scenario.max_norm}
+    with recorded_call(run) as record:
         try:
-            kwargs = {"dtype": run.scenario.dtype, "max_norm": run.scenario.max_norm}
             if learner:
                 record.returned = call_learner(fn, run.model, run.optimizer, run.scaler, run.loss_fn,
                                                inputs.clone(), targets.clone(), what="`train_step`", **kwargs)
@@ -72,17 +62,6 @@ def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
                                      **kwargs)
         except LearnerProblem as problem:
             record.problem = problem
-        finally:
-            torch.amp.GradScaler.__init__ = original_init
-            record.autocast_left_on = autocast_enabled(DEVICE_TYPE) or autocast_enabled("cuda")
-            if record.autocast_left_on:
-                switch_autocast_off()
-    record.warnings = [str(w.message) for w in caught]
-    params = list(run.model.parameters())
-    record.norm_after = grad_norm(params)
-    record.params_after = [p.detach().clone() for p in params]
-    record.param_dtypes_after = {p.dtype for p in params}
-    record.scale_after = run.scaler.current_scale()
     return record
 
 
