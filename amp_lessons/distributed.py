@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_pipes
 from pathlib import Path
 
+from amp_lessons.utils import repo_root
+
 WORLD_SIZE = 2
 TOKEN_VARIABLE = "AMP_LESSONS_RUN_TOKEN"
 
@@ -79,7 +81,7 @@ def run_environment(extra: dict | None = None) -> dict:
     interface = loopback_interface()
     if interface and "GLOO_SOCKET_IFNAME" not in env:
         env["GLOO_SOCKET_IFNAME"] = interface
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(repo_root())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})

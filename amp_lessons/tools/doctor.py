@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
+from amp_lessons.utils import repo_root
+
+REPO = repo_root()
 PYTHON = shlex.quote(sys.executable)
 MIN_TORCH = (2, 4)
 # (import name, distribution, requirement): what the lessons import, at the versions requirements.txt asks
