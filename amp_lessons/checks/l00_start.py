@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from amp_lessons.autocast_state import OpDtypeRecorder, autocast_enabled, switch_autocast_off
+from amp_lessons.autocast_state import OpDtypeRecorder, autocast_enabled, dtype_name, switch_autocast_off
 from amp_lessons.checks.harness import call_learner, checker, failed, passed
 
 # Tensor methods that cast by hand, bypassing autocast's per-op policy.
@@ -37,6 +37,15 @@ def check_autocast_matmul(autocast_matmul):
             return failed(
                 f"Your function casts by hand ({', '.join(casts)}). Let autocast choose: "
                 "wrap the matmul in `with torch.autocast(device_type=a.device.type, dtype=dtype):`."
+            )
+        if got.dtype == torch.float32 and not torch.allclose(got, a @ b, rtol=2e-2, atol=2e-2):
+            return failed("The values are not `a @ b` (did you transpose or scale something, or compute "
+                          "another product?).")
+        ran_low = any(call.output_dtype == dtype_name(dtype) for call in ops.matmuls)
+        if got.dtype == torch.float32 and casts and ran_low:
+            return failed(
+                f"The matmul did run in {dtype} under autocast, but you cast the result back to float32 "
+                f"({', '.join(casts)}). Return the tensor autocast gives you: its dtype is the point."
             )
         if got.dtype == torch.float32:
             return failed(

@@ -1,8 +1,11 @@
 """Lesson 00's warm-up check: the answer passes, the stub is "not done", each first mistake is named."""
 
+import time
+
 import pytest
 import torch
 
+from amp_lessons.autocast_state import autocast_enabled
 from amp_lessons.checks import check_autocast_matmul
 from amp_lessons.checks.harness import NOT_DONE
 
@@ -143,3 +146,68 @@ def no_device_type(a, b, dtype):
 def test_more_mistakes_are_named(wrong, named):
     result = check_autocast_matmul(wrong)
     assert result.status == "failed" and named in result.message, result.message
+
+
+# ----------------------------------- a review pass: more styles a class writes, and two more mistakes
+
+
+def right_decorator(a, b, dtype):
+    @torch.autocast(device_type=a.device.type, dtype=dtype)
+    def product(x, y):
+        return x @ y
+    return product(a, b)
+
+
+def right_einsum_with_prints(a, b, dtype):
+    print("shapes", tuple(a.shape), tuple(b.shape))
+    assert a.shape[1] == b.shape[0]
+    with torch.autocast(str(a.device), dtype=dtype):
+        return torch.einsum("ij,jk->ik", a, b)
+
+
+def right_exit_stack_bmm(a, b, dtype):
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast(device_type=a.device.type, dtype=dtype, cache_enabled=False))
+        result = torch.bmm(a[None], b[None])[0]
+    return result
+
+
+@pytest.mark.parametrize("variant", [right_decorator, right_einsum_with_prints, right_exit_stack_bmm],
+                         ids=lambda f: f.__name__)
+def test_review_correct_variants_pass(variant):
+    assert check_autocast_matmul(variant).passed
+
+
+def float_after_the_block(a, b, dtype):
+    with torch.autocast(a.device.type, dtype=dtype):
+        out = a @ b
+    return out.float()
+
+
+def outer_product_of_sums(a, b, dtype):
+    with torch.autocast(a.device.type, dtype=dtype):
+        return a.sum(1, keepdim=True) * b.sum(0, keepdim=True)
+
+
+def entered_never_left(a, b, dtype):
+    torch.autocast(a.device.type, dtype=dtype).__enter__()
+    return a @ b
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (float_after_the_block, "cast the result back to float32 (float)"),
+    (outer_product_of_sums, "The values are not `a @ b`"),
+    (entered_never_left, "still switched on"),
+], ids=["float() after", "not a matmul", "entered, never left"])
+def test_review_mistakes_are_named(wrong, named):
+    result = check_autocast_matmul(wrong)
+    assert result.status == "failed" and named in result.message, result.message
+    assert not autocast_enabled("cpu")
+
+
+def test_the_check_is_fast_on_the_answer():
+    check_autocast_matmul(right)
+    started = time.perf_counter()
+    check_autocast_matmul(right)
+    assert time.perf_counter() - started < 2.0
