@@ -528,3 +528,170 @@ def classify_finfo_of_float16(values, fmt):
 def test_classify_names_more_mistakes(wrong, words):
     result = check_classify(wrong)
     assert result.status == "failed" and words in result.message, result.message
+
+
+# ------------------------------------------------------------------------------------------------
+# a review pass: more styles a class writes (numpy results, tensors, loops), and more natural mistakes
+# ------------------------------------------------------------------------------------------------
+
+LAYOUTS = {"float16": (5, 10), "bfloat16": (8, 7)}
+
+
+def _ldexp_round(x, e_bits, m_bits):
+    """Scale |x| so the last kept bit is 1, round half to even, scale back: the arithmetic with ldexp."""
+    if not math.isfinite(x) or x == 0:
+        return x
+    bias = 2 ** (e_bits - 1) - 1
+    exponent = max(math.frexp(abs(x))[1] - 1, 1 - bias)
+    value = math.ldexp(round(math.ldexp(abs(x), m_bits - exponent)), exponent - m_bits)
+    largest = math.ldexp(2 ** (m_bits + 1) - 1, bias - m_bits)
+    return math.copysign(value if value <= largest else math.inf, x)
+
+
+def stored_value_ldexp(x, fmt):
+    return _ldexp_round(x, *LAYOUTS[fmt])
+
+
+def stored_value_while_loops_numpy(x, fmt):
+    """Normalises by halving/doubling in while loops, rounds with numpy, returns a numpy float64."""
+    e_bits, m_bits = LAYOUTS[fmt]
+    if x != x or abs(x) == float("inf") or x == 0:
+        return x
+    bias = 2 ** (e_bits - 1) - 1
+    m, e = abs(x), 0
+    while m >= 2:
+        m, e = m / 2, e + 1
+    while m < 1 and e > 1 - bias:
+        m, e = m * 2, e - 1
+    step = 2.0 ** (e - m_bits)
+    magnitude = np.round(abs(x) / step) * step
+    if magnitude > (2 - 2.0**-m_bits) * 2.0**bias:
+        magnitude = np.inf
+    return np.float64(np.copysign(magnitude, x))
+
+
+def stored_value_as_a_tensor(x, fmt):
+    print("storing", x, "in", fmt)
+    return torch.tensor(stored_value_ldexp(x, fmt), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("variant", [stored_value_ldexp, stored_value_while_loops_numpy,
+                                     stored_value_as_a_tensor], ids=lambda f: f.__name__)
+def test_review_stored_value_variants_pass(variant):
+    assert check_stored_value(variant).passed
+
+
+def stored_value_counts_the_implicit_bit(x, fmt):
+    e_bits, m_bits = LAYOUTS[fmt]
+    return _ldexp_round(x, e_bits, m_bits + 1)  # 11 "mantissa" bits for float16: one too many
+
+
+def stored_value_unsigned_overflow(x, fmt):
+    value = stored_value_ldexp(x, fmt)
+    return math.inf if math.isinf(value) else value  # float("inf") for -100000 too
+
+
+def stored_value_inf_becomes_nan(x, fmt):
+    return math.nan if math.isinf(x) else stored_value_ldexp(x, fmt)
+
+
+def stored_value_floor_log2_no_clamp(x, fmt):
+    """floor(log2|x|) with no clamp at the smallest exponent: anything below the normals becomes zero."""
+    e_bits, m_bits = LAYOUTS[fmt]
+    if not math.isfinite(x) or x == 0:
+        return x
+    bias = 2 ** (e_bits - 1) - 1
+    exponent = math.floor(math.log2(abs(x)))
+    if exponent < 1 - bias:
+        return 0.0 * x
+    step = 2.0 ** (exponent - m_bits)
+    magnitude = round(abs(x) / step) * step
+    return math.copysign(magnitude if magnitude <= (2 - 2.0**-m_bits) * 2.0**bias else math.inf, x)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (stored_value_counts_the_implicit_bit, "Off by one in the mantissa"),
+    (stored_value_unsigned_overflow, "The sign is lost"),
+    (stored_value_inf_becomes_nan, "+-inf must be stored as +-inf"),
+    (stored_value_floor_log2_no_clamp, "No subnormals"),
+], ids=["11 mantissa bits", "inf without sign", "inf to nan", "no exponent clamp"])
+def test_review_stored_value_mistakes_are_named(wrong, words):
+    result = check_stored_value(wrong)
+    assert result.status == "failed" and words in result.message, result.message
+
+
+def classify_np_select_tuple(values, fmt):
+    """Vectorised with np.select; returns a tuple of numpy strings."""
+    e_bits, m_bits = LAYOUTS[fmt]
+    bias = 2 ** (e_bits - 1) - 1
+    a = np.abs(np.asarray(values, dtype=np.float64))
+    tiny, sub = 2.0 ** (1 - bias), 2.0 ** (1 - bias - m_bits)
+    big = (2 - 2.0 ** -(m_bits + 1)) * 2.0**bias
+    with np.errstate(invalid="ignore"):
+        conditions = [np.isnan(a), a >= big, a >= tiny - sub / 2, a > sub / 2]
+        return tuple(np.select(conditions, ["nan", "inf", "normal", "subnormal"], "zero"))
+
+
+def classify_finfo_after_rounding(values, fmt):
+    """Rounds with the learner's own stored_value, then compares with torch.finfo's tiny."""
+    tiny = torch.finfo(getattr(torch, fmt)).tiny
+    kinds = []
+    for x in values:
+        v = stored_value_ldexp(float(x), fmt)
+        if v != v:
+            kinds.append("nan")
+        elif abs(v) == math.inf:
+            kinds.append("inf")
+        elif v == 0:
+            kinds.append("zero")
+        else:
+            kinds.append("subnormal" if abs(v) < tiny else "normal")
+    return kinds
+
+
+@pytest.mark.parametrize("variant", [classify_np_select_tuple, classify_finfo_after_rounding],
+                         ids=lambda f: f.__name__)
+def test_review_classify_variants_pass(variant):
+    assert check_classify(variant).passed
+
+
+def classify_without_abs(values, fmt):
+    e_bits, m_bits = LAYOUTS[fmt]
+    bias = 2 ** (e_bits - 1) - 1
+    tiny, sub = 2.0 ** (1 - bias), 2.0 ** (1 - bias - m_bits)
+    big = (2 - 2.0 ** -(m_bits + 1)) * 2.0**bias
+    return ["nan" if math.isnan(x) else "inf" if x >= big else "normal" if x >= tiny - sub / 2
+            else "subnormal" if x > sub / 2 else "zero" for x in values]
+
+
+def classify_finfo_max_for_inf(values, fmt):
+    info = torch.finfo(getattr(torch, fmt))
+    right = classify_np_select_tuple(values, fmt)
+    return ["inf" if abs(x) > info.max else "normal" if kind == "inf" else kind
+            for x, kind in zip(values, right)]
+
+
+def classify_below_smallest_subnormal_is_zero(values, fmt):
+    e_bits, m_bits = LAYOUTS[fmt]
+    smallest = 2.0 ** (2 - 2 ** (e_bits - 1) - m_bits)
+    right = classify_np_select_tuple(values, fmt)
+    return ["zero" if kind == "subnormal" and abs(x) < smallest else kind for x, kind in zip(values, right)]
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (classify_without_abs, "compare abs(x) with the thresholds"),
+    (classify_finfo_max_for_inf, "round DOWN to max"),
+    (classify_below_smallest_subnormal_is_zero, "round UP to 5.96e-08"),
+], ids=["no abs", "finfo max", "below smallest subnormal"])
+def test_review_classify_mistakes_are_named(wrong, words):
+    result = check_classify(wrong)
+    assert result.status == "failed" and words in result.message, result.message
+
+
+def test_review_checks_are_fast_on_the_reference():
+    for check, name in ((check_stored_value, "stored_value"), (check_classify, "classify")):
+        answer = solution(NOTEBOOK, name)
+        check(answer)
+        started = time.perf_counter()
+        assert check(answer).passed
+        assert time.perf_counter() - started < 2.0
