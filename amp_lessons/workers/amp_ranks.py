@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import shutil
 import time
 
 import torch
@@ -329,12 +328,6 @@ def main(argv=None) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def remove_checkpoints(out_dir: str) -> None:
-    for name in os.listdir(out_dir):
-        if name.startswith("checkpoint_"):
-            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
 
 
 if __name__ == "__main__":
