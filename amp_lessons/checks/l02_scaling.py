@@ -242,6 +242,13 @@ FRACTION_MISTAKES = (
             "You returned counts, not fractions: divide by the number of nonzero finite values."),
     Mistake("no scale", replays(lambda g, d, s: _oracle_fractions(g, d, 1.0)),
             "Your answer does not change with `scale`: multiply the gradient by `scale` before casting."),
+    Mistake("divided by scale", replays(lambda g, d, s: _oracle_fractions(g, d, 1.0 / s)),
+            "You divided by `scale`: loss scaling *multiplies* each value (`g * scale`) before the cast, "
+            "which is what lifts small gradients out of the underflow range."),
+    Mistake("yes/no", lambda c, a: any(_matches(v, a) for u, o in [_oracle_fractions(*c[1:])]  # .any()
+                                       for v in ((u, o > 0), (u > 0, o), (u > 0, o > 0))),
+            "You returned 1.0 or 0.0 (\"was anything lost?\", e.g. `.any()`) instead of a fraction: divide "
+            "the number of values lost by the number of nonzero finite values."),
     Mistake("cast first", replays(_cast_first),
             "You cast to the low-precision dtype first and scaled afterwards (`g.to(dtype) * "
             "scale`): by then the small values are already 0. Loss scaling works because the multiplication "

@@ -2,6 +2,7 @@
 answer is named, junk never raises), and each rule of the two mistake tables recognises its own case."""
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -585,7 +586,21 @@ def scale_finite_after_cast(grads, dtype, max_exponent=24):
 
 
 
+def frac_divides_by_scale(grad, dtype, scale):
+    return frac_numpy(grad, dtype, 1 / scale)  # "scaling" as division
+
+
+def frac_overflow_any(grad, dtype, scale):
+    kept = grad[torch.isfinite(grad) & (grad != 0)]
+    if kept.numel() == 0:
+        return 0.0, 0.0
+    stored = (kept * scale).to(dtype)
+    return (stored == 0).float().mean().item(), float(torch.isinf(stored).any())
+
+
 FRACTION_RULE_CASES = {  # rule name: a learner-style lost_fractions with that mistake
+    "divided by scale": frac_divides_by_scale,
+    "yes/no": frac_overflow_any,
     "swapped": frac_swapped,
     "percent": frac_percent,
     "counts": frac_counts,
@@ -695,3 +710,131 @@ MORE_WRONG_SCALES = {
 def test_largest_safe_scale_names_more_mistakes(wrong):
     result = check_largest_safe_scale(wrong)
     assert result.status == "failed" and MORE_WRONG_SCALES[wrong] in result.message, result.message
+
+
+# ----------------------------------- a review pass: more styles a class writes, and more mistakes
+
+
+def frac_tensor_results(grad, dtype, scale):
+    """torch.where keeps the shape; returns two 0-d tensors (the check reads them as numbers)."""
+    keep = torch.isfinite(grad) & (grad != 0)
+    n = keep.sum()
+    if n == 0:
+        return 0.0, 0.0
+    stored = torch.where(keep, grad * scale, torch.ones_like(grad)).to(dtype)
+    return ((stored == 0) & keep).sum() / n, (stored.isinf() & keep).sum() / n
+
+
+def frac_masked_select_list(grad, dtype, scale):
+    """float64 before the cast (the product is exact either way), a list instead of a tuple, a print."""
+    values = grad.masked_select(grad.isfinite() & grad.ne(0)).double()
+    print("counted", values.numel())
+    if len(values) == 0:
+        return [0.0, 0.0]
+    stored = (values * scale).to(dtype).float()
+    return [stored.eq(0).float().mean().item(), stored.isinf().float().mean().item()]
+
+
+@pytest.mark.parametrize("variant", [frac_tensor_results, frac_masked_select_list], ids=lambda f: f.__name__)
+def test_review_lost_fractions_variants_pass(variant):
+    assert check_lost_fractions(variant).passed
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (frac_divides_by_scale, "You divided by `scale`"),
+    (frac_overflow_any, "You returned 1.0 or 0.0"),
+], ids=["divided by scale", "overflow any()"])
+def test_review_lost_fractions_mistakes_are_named(wrong, named):
+    result = check_lost_fractions(wrong)
+    assert result.status == "failed" and named in result.message, result.message
+
+
+def scale_binary_search(grads, dtype, max_exponent=24):
+    flat = [g.detach().float().flatten() for g in grads]
+    values = torch.cat(flat) if flat else torch.zeros(0)
+    if (~torch.isfinite(values)).any():
+        return None
+    if values.numel() == 0 or not values.any():
+        return float(2**max_exponent)
+    largest = values.abs().max()
+
+    def safe(k):
+        return not torch.isinf((largest * 2.0**k).to(dtype)).item()
+
+    low, high = -300, max_exponent
+    if safe(high):
+        return 2.0**high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if safe(middle) else (low, middle)
+    return 2.0**low
+
+
+def scale_per_tensor_minimum(grads, dtype, max_exponent=24):
+    best = 2.0**max_exponent
+    for g in grads:
+        if g.numel() == 0:
+            continue
+        if not torch.isfinite(g).all():
+            return None
+        k = max_exponent
+        while torch.isinf((g * 2.0**k).to(dtype)).any():
+            k -= 1
+        best = min(best, 2.0**k)
+    return best
+
+
+def scale_python_floats(grads, dtype, max_exponent=24):
+    biggest = 0.0
+    for g in grads:
+        for v in g.reshape(-1).tolist():
+            if math.isnan(v) or math.isinf(v):
+                return None
+            biggest = max(biggest, abs(v))
+    if biggest == 0:
+        return 2**max_exponent
+    k = max_exponent
+    while math.isinf(torch.tensor(biggest * 2.0**k, dtype=torch.float32).to(dtype).item()):
+        k -= 1
+    return 2**k if k >= 0 else 2.0**k
+
+
+@pytest.mark.parametrize("variant", [scale_binary_search, scale_per_tensor_minimum, scale_python_floats],
+                         ids=lambda f: f.__name__)
+def test_review_largest_safe_scale_variants_pass(variant):
+    assert check_largest_safe_scale(variant).passed
+
+
+def scale_max_of_empty(grads, dtype, max_exponent=24):
+    largest = max(g.abs().max() for g in grads) if grads else torch.tensor(0.0)  # raises on an empty tensor
+    return _reference([largest.reshape(1)], dtype, max_exponent)
+
+
+def scale_cat_of_shapes(grads, dtype, max_exponent=24):
+    return _reference([torch.cat(grads)] if grads else [], dtype, max_exponent)  # 2-D and 1-D do not cat
+
+
+def scale_nan_only(grads, dtype, max_exponent=24):
+    values = torch.cat([g.reshape(-1) for g in grads] + [torch.zeros(0)])
+    if torch.isnan(values).any():
+        return None
+    return _reference([values[torch.isfinite(values)]], dtype, max_exponent)
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (scale_max_of_empty, "RuntimeError: max(): Expected reduction dim"),
+    (scale_cat_of_shapes, "RuntimeError: Tensors must have same number of dimensions"),
+    (scale_nan_only, "On gradients containing inf"),
+], ids=["max of empty", "cat of shapes", "NaN only"])
+def test_review_largest_safe_scale_mistakes_are_named(wrong, named):
+    result = check_largest_safe_scale(wrong)
+    assert result.status == "failed" and named in result.message, result.message
+
+
+def test_review_checks_are_fast_on_the_reference():
+    for check, answer in ((check_lost_fractions, REFERENCE_FRACTIONS),
+                          (check_largest_safe_scale, REFERENCE_SCALE)):
+        check(answer)
+        started = time.perf_counter()
+        assert check(answer).passed
+        assert time.perf_counter() - started < 2.0
