@@ -76,6 +76,19 @@ class EmulatedTF32(TorchFunctionMode):
 
 
 @contextlib.contextmanager
+def _float32_matmuls(precision: str, cudnn_tf32: bool):
+    """Set the float32 matmul precision and cuDNN's TF32 switch; yields the settings, restores them after."""
+    previous_precision = torch.get_float32_matmul_precision()
+    previous_cudnn = torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.allow_tf32 = cudnn_tf32
+    try:
+        yield float32_matmul_settings()
+    finally:
+        torch.set_float32_matmul_precision(previous_precision)
+        torch.backends.cudnn.allow_tf32 = previous_cudnn
+
+
 def fp32_reference_settings():
     """Pin true FP32 matmuls and convolutions for a reference run; yields the settings, restores them after.
 
@@ -83,29 +96,12 @@ def fp32_reference_settings():
     every torch 2.x without mixing old and new APIs) and ``torch.backends.cudnn.allow_tf32 = False`` (its
     default is True). Record the yielded dict with the baseline, so a later run can prove it used the same.
     """
-    previous_precision = torch.get_float32_matmul_precision()
-    previous_cudnn = torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield float32_matmul_settings()
-    finally:
-        torch.set_float32_matmul_precision(previous_precision)
-        torch.backends.cudnn.allow_tf32 = previous_cudnn
+    return _float32_matmuls("highest", cudnn_tf32=False)
 
 
-@contextlib.contextmanager
 def real_tf32():
     """Let CUDA float32 matmuls and convolutions use TF32 (``'high'``); restores the settings after."""
-    previous_precision = torch.get_float32_matmul_precision()
-    previous_cudnn = torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("high")
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        yield float32_matmul_settings()
-    finally:
-        torch.set_float32_matmul_precision(previous_precision)
-        torch.backends.cudnn.allow_tf32 = previous_cudnn
+    return _float32_matmuls("high", cudnn_tf32=True)
 
 
 def spacing_table(values=(1.0, 1.0003, 3.14159265, 1000.1)):
