@@ -204,7 +204,22 @@ class RecordingScaler(torch.amp.GradScaler):
         return float(scale) if scale is not None else float("nan")
 
 
-class CudaLabelled(torch.Tensor):
+class _ReportsCuda:
+    """The CUDA label itself: ``.device``, ``.is_cuda`` and ``.get_device()`` answer as a GPU tensor would."""
+
+    @property
+    def device(self):
+        return torch.device("cuda")
+
+    @property
+    def is_cuda(self):
+        return True
+
+    def get_device(self):
+        return 0
+
+
+class CudaLabelled(_ReportsCuda, torch.Tensor):
     """A CPU tensor that reports a CUDA device (``.device``, ``.is_cuda``, ``.get_device()``); ops on it stay
     CudaLabelled.
 
@@ -212,31 +227,9 @@ class CudaLabelled(torch.Tensor):
     device type a training step *chooses* for autocast when its data is on a GPU, on a machine without one.
     """
 
-    @property
-    def device(self):
-        return torch.device("cuda")
 
-    @property
-    def is_cuda(self):
-        return True
-
-    def get_device(self):
-        return 0
-
-
-class CudaLabelledParameter(nn.Parameter):
+class CudaLabelledParameter(_ReportsCuda, nn.Parameter):
     """A parameter that reports a CUDA device, so a step may take its device type from the model as well."""
-
-    @property
-    def device(self):
-        return torch.device("cuda")
-
-    @property
-    def is_cuda(self):
-        return True
-
-    def get_device(self):
-        return 0
 
 
 def label_as_cuda(model: nn.Module) -> None:
