@@ -1,6 +1,6 @@
 """Core: what autocast is doing right now — is it on, in which dtype, and which dtype each op really ran in.
 
-Lessons 00, 03 and 05 and their checkers all need to ask these questions, so they live here, below every
+Lessons 00, 03, 05 and 08 and their checkers all need to ask these questions, so they live here, below every
 lesson helper. ``OpDtypeRecorder`` watches ops through a ``TorchFunctionMode``: it sees each call *before*
 autocast rewrites it and the result *after*, so the output dtype it records is the precision the op really
 ran in (float16 for a matmul under float16 autocast even when its inputs were float32).

@@ -6,7 +6,8 @@ low precision hurts. So every sample has an id and a category:
 - ``normal``: ordinary inputs from the data distribution;
 - ``edge: large``: the same kind of input at large magnitude — the hidden activations exceed FP16's
   maximum (65504) *inside* the model although the input itself is representable;
-- ``edge: tiny``: inputs so small that FP16 (smallest subnormal 2^-24 ~ 6e-8) flushes them to zero;
+- ``edge: tiny``: inputs scaled down so far that FP16 flushes the smallest of them to zero (values up to
+  2^-25 ~ 3e-8 round to 0; 2^-24 ~ 6e-8 is its smallest subnormal);
 - ``edge: zero``: an all-zero input, whose reference scores are an exact tie;
 - ``boundary``: inputs placed on purpose next to the classifier's decision boundary, so the top two
   reference scores are nearly tied (margins from 1e-5 to 3e-2).

@@ -10,7 +10,7 @@ ops that autocast must not touch, ``torch.compile`` under autocast, and normalis
 - **BCE.** ``sigmoid`` then ``binary_cross_entropy`` rounds the probability first: in FP16 ``sigmoid(9)`` is
   exactly 1.0, and ``log(1 - 1.0)`` is clamped to -100. ``binary_cross_entropy_with_logits`` never forms
   the probability, which is why CUDA autocast refuses ``BCELoss`` outright.
-- **eps.** 1e-12 is below FP16's smallest subnormal (about 6e-8): stored in FP16 it is 0, and a
+- **eps.** 1e-12 is below half of FP16's smallest subnormal (2^-25 ~ 3e-8): stored in FP16 it is 0, and a
   normalisation of an all-zero row divides 0 by 0.
 - **torch.compile** needs a C/C++ compiler on a CPU (and Triton on a GPU); :func:`first_call` times the
   first call (where compilation happens) and reports *why* when it fails, so a lesson can move on.

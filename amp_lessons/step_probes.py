@@ -8,7 +8,8 @@ GradScaler that are all real (the numbers are torch's own) but also write down w
 - a probe on the model output runs first in backward, so it sees the state backward *starts* in: autocast
   still on? gradients of an earlier step still in ``.grad``? by how much was the loss scaled?
 - the optimizer and the scaler record each public call in order, with the gradient norm the optimizer is
-  about to use (clipping before ``unscale_`` shows up as a norm ``scale`` times too small).
+  about to use (clipping before ``unscale_``, when the true norm exceeds ``max_norm``, shows up as a norm
+  ``scale`` times too small).
 
 Each probe records *before* doing the real work, so the record survives an error in the learner's code.
 ``CallRecord`` keeps what one call did; ``Seen`` puts the learner's call next to the reference call from the

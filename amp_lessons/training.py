@@ -1,6 +1,6 @@
 """Lesson 03: the mixed-precision training step, written once, in the order the lessons teach.
 
-Lessons 05-07 and the checkers reuse ``train_step``; lesson 03 teaches it line by line. One function does the
+Lessons 05-09 and the checkers reuse ``train_step``; lesson 03 teaches it line by line. One function does the
 step; ``guards=True`` switches on diagnostic guards that stop on inf/NaN, and ``guarded_train_step`` is the
 same call with the guards always on (the name lesson 03 uses when it introduces them).
 """
