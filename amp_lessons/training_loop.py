@@ -73,6 +73,13 @@ def _clip_if(model, max_norm) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
 
+def _unscale_and_clip(model, optimizer, scaler, max_norm) -> None:
+    """The right order, once: unscale_ (only when clipping), then clip."""
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+    _clip_if(model, max_norm)
+
+
 def loss_not_divided(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
     """WRONG: every micro-batch's loss enters with weight 1, so the gradient is N times the batch gradient."""
     optimizer.zero_grad()
@@ -81,9 +88,7 @@ def loss_not_divided(model, optimizer, scaler, loss_fn, micro_batches, *, dtype,
         loss = _micro_loss(model, loss_fn, inputs, targets, dtype)
         scaler.scale(loss).backward()
         losses.append(loss.detach())
-    if max_norm is not None:
-        scaler.unscale_(optimizer)
-    _clip_if(model, max_norm)
+    _unscale_and_clip(model, optimizer, scaler, max_norm)
     scaler.step(optimizer)
     scaler.update()
     return torch.stack(losses).mean()
@@ -97,9 +102,7 @@ def zero_grad_inside_loop(model, optimizer, scaler, loss_fn, micro_batches, *, d
         loss = _micro_loss(model, loss_fn, inputs, targets, dtype)
         scaler.scale(loss / len(micro_batches)).backward()
         losses.append(loss.detach())
-    if max_norm is not None:
-        scaler.unscale_(optimizer)
-    _clip_if(model, max_norm)
+    _unscale_and_clip(model, optimizer, scaler, max_norm)
     scaler.step(optimizer)
     scaler.update()
     return torch.stack(losses).mean()
@@ -112,9 +115,7 @@ def step_inside_loop(model, optimizer, scaler, loss_fn, micro_batches, *, dtype,
         optimizer.zero_grad()
         loss = _micro_loss(model, loss_fn, inputs, targets, dtype)
         scaler.scale(loss / len(micro_batches)).backward()
-        if max_norm is not None:
-            scaler.unscale_(optimizer)
-        _clip_if(model, max_norm)
+        _unscale_and_clip(model, optimizer, scaler, max_norm)
         scaler.step(optimizer)
         scaler.update()
         losses.append(loss.detach())
@@ -173,9 +174,7 @@ def update_inside_loop(model, optimizer, scaler, loss_fn, micro_batches, *, dtyp
         scaler.scale(loss / len(micro_batches)).backward()
         scaler.update()
         losses.append(loss.detach())
-    if max_norm is not None:
-        scaler.unscale_(optimizer)
-    _clip_if(model, max_norm)
+    _unscale_and_clip(model, optimizer, scaler, max_norm)
     scaler.step(optimizer)
     return torch.stack(losses).mean()
 
