@@ -48,6 +48,22 @@ from amp_lessons.utils import scale_text
 # ------------------------------------------------------------------------------------- one recorded call
 
 
+class _NotingInputDtype:
+    """``run.loss_fn`` that also writes the dtype of the outputs it was given on its "loss" event: a loss
+    computed after autocast on outputs cast to FP32 (``model(x).float()``) is as precise as autocast's float32
+    policy makes it, so only a loss on low-precision outputs outside autocast is a mistake."""
+
+    def __init__(self, loss_fn):
+        self.loss_fn = loss_fn
+
+    def __call__(self, outputs, targets):
+        loss = self.loss_fn(outputs, targets)
+        events = [event for event in self.loss_fn.log.events if event["name"] == "loss"]
+        if events:
+            events[-1]["dtype"] = getattr(outputs, "dtype", None)
+        return loss
+
+
 def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
     """Call ``fn`` on the run's next batch and record everything the probes saw."""
     inputs, targets = run.batches[index]
@@ -55,13 +71,16 @@ def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
     with recorded_call(run) as record:
         try:
             if learner:
-                record.returned = call_learner(fn, run.model, run.optimizer, run.scaler, run.loss_fn,
+                record.returned = call_learner(fn, run.model, run.optimizer, run.scaler,
+                                               _NotingInputDtype(run.loss_fn),
                                                inputs.clone(), targets.clone(), what="`train_step`", **kwargs)
             else:
                 record.returned = fn(run.model, run.optimizer, run.scaler, run.loss_fn, inputs, targets,
                                      **kwargs)
         except LearnerProblem as problem:
             record.problem = problem
+    record.left_in_eval = not run.model.training  # a training step that calls model.eval()
+    run.model.train()
     return record
 
 
@@ -111,6 +130,9 @@ CALL_RULES = (
     Mistake("autocast left on", lambda s: s.got.autocast_left_on, lambda s: (
         f"{s.where}: autocast was still switched on after train_step returned. Use it as a context manager, "
         "`with torch.autocast(device_type=..., dtype=dtype):`, so it ends after the loss.")),
+    Mistake("model left in eval mode", lambda s: s.got.left_in_eval and not s.ref.left_in_eval, lambda s: (
+        f"{s.where}: the model was in eval mode after train_step returned. A training step trains: leave "
+        "the model in train mode (model.train()), or dropout and batch norm behave as at inference.")),
     Mistake("new GradScaler", lambda s: s.got.new_scalers > 0, lambda s: (
         f"{s.where}: your train_step created a new GradScaler"
         + (" (and torch.cuda.amp.GradScaler is deprecated: use torch.amp.GradScaler)"
@@ -144,7 +166,9 @@ CALL_RULES = (
         f"with dtype={dtype_name(s.scenario.dtype)}. Pass it on: `torch.autocast(..., dtype=dtype)`.")),
     Mistake("loss never computed", lambda s: s.event("loss") is None, _error_or(
         "loss_fn was never called. Compute `loss = loss_fn(outputs, targets)` inside autocast.")),
-    Mistake("loss outside autocast", lambda s: s.autocast_expected and not s.event("loss")["autocast"],
+    Mistake("loss outside autocast", lambda s: (
+        s.autocast_expected and not s.event("loss")["autocast"]
+        and s.event("loss").get("dtype") != torch.float32),
             lambda s: (
         f"{s.where}: the loss was computed outside autocast. Put `loss = loss_fn(outputs, targets)` inside "
         "the same `with torch.autocast(...)` block as the forward pass: the policy decides the loss's "

@@ -979,6 +979,7 @@ def test_more_wrong_steps_are_named(step):
 
 RULE_CASES = {  # rule name: a step whose first mistake that rule names
     "autocast left on": autocast_left_on,
+    "model left in eval mode": lambda *args, **kwargs: step_leaves_eval_mode(*args, **kwargs),
     "new GradScaler": new_scaler_inside,
     "low-precision parameters": half_model,
     "model never called": lambda *args, **kwargs: torch.tensor(1.0),
@@ -1049,3 +1050,155 @@ def test_each_rule_recognises_its_case(name):
 
 def test_every_rule_has_a_case():
     assert [rule.name for rule in l03.TRAIN_STEP_RULES] == list(RULE_CASES)
+
+
+# ----------------------------------- a review pass: more styles a class writes, and more mistakes
+
+
+def step_fp32_loss_after_autocast(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    """The forward under autocast, the loss after it on outputs cast to FP32, a Python float returned."""
+    model.zero_grad()
+    with torch.amp.autocast(device_type=inputs.device.type, dtype=dtype, enabled=True):
+        outputs = model(inputs)
+    loss = loss_fn(outputs.float(), targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        params = [p for p in model.parameters() if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm, error_if_nonfinite=False)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def step_grads_to_none_by_hand(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    for p in model.parameters():
+        p.grad = None
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    print("loss", float(loss))
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    if max_norm:
+        scaler.unscale_(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
+
+
+def step_skips_on_a_nonfinite_loss(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    """A belt-and-braces guard: redundant (scaler.step skips anyway) but harmless."""
+    optimizer.zero_grad()
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), torch.tensor(float(max_norm)))
+    if torch.isfinite(loss):
+        scaler.step(optimizer)
+    scaler.update()
+    return loss.detach().float()
+
+
+@pytest.mark.parametrize("variant", [step_fp32_loss_after_autocast, step_grads_to_none_by_hand,
+                                     step_skips_on_a_nonfinite_loss], ids=lambda f: f.__name__)
+def test_review_correct_steps_pass(variant):
+    result = check_train_step(variant)
+    assert result.passed, result.message
+
+
+def step_leaves_eval_mode(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    model.eval()
+    return step_grads_to_none_by_hand(model, optimizer, scaler, loss_fn, inputs, targets,
+                                      dtype=dtype, max_norm=max_norm)
+
+
+def step_returns_the_loss_after_the_update(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype,
+                                           max_norm):
+    step_grads_to_none_by_hand(model, optimizer, scaler, loss_fn, inputs, targets, dtype=dtype,
+                               max_norm=max_norm)
+    with torch.no_grad():
+        return loss_fn(model(inputs), targets)
+
+
+def step_clips_each_parameter(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        for p in model.parameters():
+            torch.nn.utils.clip_grad_norm_(p, max_norm)  # each tensor to max_norm: not the total norm
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def step_fp16_loss_after_autocast(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        outputs = model(inputs)
+    loss = loss_fn(outputs, targets)  # outputs still float16: the loss runs in low precision
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (step_leaves_eval_mode, "the model was in eval mode"),
+    (step_returns_the_loss_after_the_update, "but the loss of this batch is"),
+    (step_clips_each_parameter, "not clipped to total norm"),
+    (step_fp16_loss_after_autocast, "the loss was computed outside autocast"),
+], ids=["eval mode", "loss after update", "clip per parameter", "fp16 loss outside"])
+def test_review_wrong_steps_are_named(wrong, named):
+    result = check_train_step(wrong)
+    assert result.status == "failed" and named in result.message, result.message
+
+
+def sched_returns_early(scaler, scheduler, scale_before):
+    if scaler.get_scale() < scale_before:
+        return False
+    scheduler.step()
+    return True
+
+
+def sched_ratio(scaler, scheduler, scale_before):
+    ratio = scaler.get_scale() / scale_before
+    print("scale ratio", ratio)
+    updated = ratio >= 1.0
+    if updated:
+        scheduler.step()
+    return bool(updated)
+
+
+def sched_any_change(scaler, scheduler, scale_before):
+    changed = scaler.get_scale() != scale_before  # a growth counts, a drop counts too: wrong
+    if changed:
+        scheduler.step()
+    return changed
+
+
+def sched_state_dict_equal(scaler, scheduler, scale_before):
+    updated = scaler.state_dict()["scale"] == scale_before
+    if updated:
+        scheduler.step()
+    return updated
+
+
+@pytest.mark.parametrize("variant", [sched_returns_early, sched_ratio], ids=lambda f: f.__name__)
+def test_review_scheduler_variants_pass(variant):
+    assert check_scheduler_step(variant).passed
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (sched_any_change, "but you stepped the scheduler"),
+    (sched_state_dict_equal, "Compare with `>=`"),
+], ids=["!=", "state_dict =="])
+def test_review_scheduler_mistakes_are_named(wrong, named):
+    result = check_scheduler_step(wrong)
+    assert result.status == "failed" and named in result.message, result.message
