@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_pipes
 from pathlib import Path
 
-from amp_lessons.utils import repo_root
+from amp_lessons.utils import repo_root, tagged_processes
 
 WORLD_SIZE = 2
 TOKEN_VARIABLE = "AMP_LESSONS_RUN_TOKEN"
@@ -207,15 +207,8 @@ def run_processes(token: str, out_dir: str) -> set:
     nothing else is ever touched, even if a process id has been reused. Elsewhere: the ids the ranks
     wrote into ``pid.rankN`` files of this run's folder (stale ones are removed before a run starts).
     """
-    proc = Path("/proc")
-    if proc.is_dir() and (proc / str(os.getpid()) / "environ").exists():
-        marker = f"{TOKEN_VARIABLE}={token}".encode()
-        found = set()
-        for entry in proc.iterdir():
-            if entry.name.isdigit() and int(entry.name) != os.getpid():
-                with contextlib.suppress(OSError):
-                    if marker in (entry / "environ").read_bytes().split(b"\0"):
-                        found.add(int(entry.name))
+    if Path(f"/proc/{os.getpid()}/environ").exists():
+        found = set(tagged_processes(TOKEN_VARIABLE, token))
     else:
         found = set()
         for path in Path(out_dir).glob("pid.rank*"):

@@ -28,6 +28,8 @@ import signal
 import sys
 from pathlib import Path
 
+from amp_lessons.utils import tagged_processes
+
 TOKEN_VARIABLE = "AMP_LESSONS_GRADE_RUN"
 # Passed through when set: how to find programs and libraries, the locale, and the course's own device and
 # thread settings. Anything else (cloud keys, tokens, SSH agents, the instructor's shell) stays behind.
@@ -86,32 +88,13 @@ def _signal_group(pgid: int, signum: int) -> None:
             os.killpg(pgid, signum)
 
 
-def tagged_processes(token: str) -> list[int]:
-    """Linux: the processes whose environment holds ``AMP_LESSONS_GRADE_RUN=<token>`` (not this one)."""
-    wanted = f"{TOKEN_VARIABLE}={token}".encode()
-    found = []
-    proc = Path("/proc")
-    if not token or not proc.is_dir():
-        return found
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone, another user's, or non-dumpable
-            continue
-        if wanted in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
 def end_processes(token: str = "", groups=()) -> int:
     """SIGKILL the given process groups and every process tagged with ``token``; return the tagged count."""
     sigkill = getattr(signal, "SIGKILL", signal.SIGTERM)
     for pgid in groups:
         if pgid:
             _signal_group(int(pgid), sigkill)
-    tagged = tagged_processes(token)
+    tagged = tagged_processes(TOKEN_VARIABLE, token) if token else []
     for pid in tagged:
         with contextlib.suppress(OSError):
             os.kill(pid, sigkill)
