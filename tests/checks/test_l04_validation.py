@@ -613,3 +613,55 @@ def test_criteria_checker_names_new_mistakes(change, words):
     result = check_criteria(lambda: Criteria(**{**GOOD, **change}))
     assert not result.passed and result.status != NOT_DONE
     assert words in result.message, result.message
+
+
+# ----------------------------------- a review pass: more styles a class writes, and one more mistake
+
+
+def _judge_numpy_float64(reference, trial, labels, criteria):
+    """numpy in float64 for the numeric level, the package's decide for decisions, a print of the verdict."""
+    r, t = reference.double().numpy(), trial.double().numpy()
+    finite = bool(np.isfinite(t).all()) or criteria.nonfinite == "allow"
+    with np.errstate(invalid="ignore"):
+        numeric = bool(np.all(np.abs(t - r) <= criteria.atol + criteria.rtol * np.abs(r)))
+    reference_decision = decide(reference, criteria.tie_tolerance)
+    trial_decision = decide(trial.float(), criteria.tie_tolerance)
+    decision = int((reference_decision != trial_decision).sum()) <= criteria.allowed_decision_changes
+    quality = True
+    if criteria.min_quality is not None:
+        scored = labels >= 0
+        accuracy = float((trial_decision[scored] == labels[scored]).double().mean()) if scored.any() else 0.0
+        quality = bool(scored.any()) and accuracy >= criteria.min_quality
+    verdict = {"finite": finite, "numeric": numeric, "decision": decision, "quality": quality}
+    verdict["passed"] = all(verdict.values())
+    print(verdict)
+    return verdict
+
+
+def _judge_allclose_trial_first(reference, trial, labels, criteria):
+    """torch.allclose(trial, reference) is |trial - reference| <= atol + rtol * |reference|: the same rule."""
+    verdict = dict(judge_solution()(reference, trial, labels, criteria))
+    verdict["numeric"] = bool(torch.allclose(trial.float(), reference.float(), rtol=criteria.rtol,
+                                             atol=criteria.atol))
+    verdict["passed"] = all(verdict[k] for k in ("finite", "numeric", "decision", "quality"))
+    return verdict
+
+
+@pytest.mark.parametrize("variant", [_judge_numpy_float64, _judge_allclose_trial_first],
+                         ids=lambda f: f.__name__)
+def test_review_judge_trial_variants_pass(variant):
+    assert check_judge_trial(variant).passed
+
+
+def _judge_quality_over_all_rows(reference, trial, labels, criteria):
+    verdict = dict(judge_solution()(reference, trial, labels, criteria))
+    if criteria.min_quality is not None:  # -1 labels counted as misses
+        hits = decide(trial.float(), criteria.tie_tolerance) == labels
+        verdict["quality"] = float(hits.float().mean()) >= criteria.min_quality
+    verdict["passed"] = all(verdict[k] for k in ("finite", "numeric", "decision", "quality"))
+    return verdict
+
+
+def test_review_judge_trial_names_unlabelled_rows_counted():
+    result = check_judge_trial(_judge_quality_over_all_rows)
+    assert result.status == "failed" and "leave those rows out of the accuracy" in result.message
