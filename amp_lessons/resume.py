@@ -40,7 +40,7 @@ from amp_lessons.models import SensorClassifier, sensor_readings
 from amp_lessons.training import train_step
 
 __all__ = ["Resumed", "bitwise_report", "bitwise_summary", "load_checkpoint", "probe_config", "probe_dtype",
-           "probe_run", "probe_steps"]
+           "probe_run", "probe_steps", "read_any_payload", "same_state", "scan_payload"]
 
 
 def _tensor_of(value, numel: int) -> bool:
@@ -424,3 +424,49 @@ def probe_steps(model, optimizer, scaler, steps: int) -> list:
         losses.append(train_step(model, optimizer, scaler, torch.nn.functional.cross_entropy, inputs,
                                  labels[index], dtype=probe_dtype(), max_norm=1.0))
     return losses
+
+
+# ------------------------------------------------- reading a learner's file and state (checker 06.2)
+
+
+def scan_payload(payload, predicate) -> bool:
+    """Does any dict/list/tuple inside ``payload`` satisfy ``predicate``? (A learner's file can nest its parts
+    under any keys: the checker asks "is an optimizer state_dict in there at all", not where.)"""
+    stack, seen = [payload], 0
+    while stack and seen < 100000:
+        item = stack.pop()
+        seen += 1
+        try:
+            if predicate(item):
+                return True
+        except Exception:
+            pass
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def read_any_payload(path):
+    """The file as torch.load reads it, safely first and then not (only to see what it holds); None when
+    neither works."""
+    for weights_only in (True, False):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=weights_only)
+        except Exception:
+            continue
+    return None
+
+
+def same_state(a, b) -> bool:
+    """Bitwise equality of nested states (tensors by dtype, shape and ``torch.equal``; no tolerance: a resume
+    is a continuation only when nothing changed at all)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape \
+            and a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu())
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
+    return a == b

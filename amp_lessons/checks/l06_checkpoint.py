@@ -54,7 +54,15 @@ from amp_lessons.checks.harness import (
 )
 from amp_lessons.checks.mistakes import Mistake, first_mistake, name_mistake
 from amp_lessons.environment import seed_everything
-from amp_lessons.resume import probe_config, probe_dtype, probe_run, probe_steps
+from amp_lessons.resume import (
+    probe_config,
+    probe_dtype,
+    probe_run,
+    probe_steps,
+    read_any_payload,
+    same_state,
+    scan_payload,
+)
 
 STEPS_BEFORE = 6
 STEPS_AFTER = 6
@@ -176,6 +184,13 @@ def _temporary_folder(s: SaveSeen) -> str:
     return os.path.dirname(s.arrivals[-1][0])
 
 
+def _temporary_elsewhere(s: SaveSeen) -> bool:
+    """Outside the checkpoint's folder (a folder the save made inside it, e.g. TemporaryDirectory(dir=folder),
+    is on the same file system: os.replace from there is atomic too)."""
+    folder = os.path.dirname(os.path.abspath(s.path))
+    return os.path.commonpath([_temporary_folder(s), folder]) != folder
+
+
 # The first save: what it did to the files, then how it wrote. Every rule reads ``SaveSeen``.
 SAVE_MISTAKES = (
     Mistake("wrote into the current directory", lambda s: bool(s.in_cwd), lambda s: (
@@ -198,7 +213,7 @@ SAVE_MISTAKES = (
             "temporary file onto `path` is not atomic either: a copy can stop halfway. Finish with "
             "os.replace(temporary, path), a single atomic rename."),
     Mistake("temporary file in another folder",
-            lambda s: _temporary_folder(s) != os.path.dirname(os.path.abspath(s.path)), lambda s: (
+            _temporary_elsewhere, lambda s: (
                 f"The temporary file was written in {_temporary_folder(s)}, not next to the checkpoint. "
                 "os.replace is only atomic within one file system (across file systems it fails or copies): "
                 "create the temporary file in os.path.dirname(path).")),
@@ -347,43 +362,6 @@ def _save_passed_message(mover: str) -> str:
 # ------------------------------------------------------------------------------------------------ 06.2
 
 
-def _scan(payload, predicate) -> bool:
-    stack, seen = [payload], 0
-    while stack and seen < 100000:
-        item = stack.pop()
-        seen += 1
-        try:
-            if predicate(item):
-                return True
-        except Exception:
-            pass
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return False
-
-
-def _payload(path):
-    for weights_only in (True, False):
-        try:
-            return torch.load(path, map_location="cpu", weights_only=weights_only)
-        except Exception:
-            continue
-    return None
-
-
-def _tensors_equal(a, b) -> bool:
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape \
-            and a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu())
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_tensors_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_tensors_equal(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 def _as_step(value):
     """The step the learner returned as an int, or None when it is not a whole number.
 
@@ -432,14 +410,15 @@ class ResumeSeen:
     resumed_losses: list = field(default_factory=list)
     reference_params: dict = field(default_factory=dict)
     final_params: dict = field(default_factory=dict)
+    optimizer_has_the_parameters: bool = True  # after the load, the optimizer holds the model's own tensors
 
     def in_file(self, predicate) -> bool:
-        return self.payload is not None and _scan(self.payload, predicate)
+        return self.payload is not None and scan_payload(self.payload, predicate)
 
     @property
     def lost_generators(self) -> list:
         return [RNG_NAMES[key] for key in RNG_NAMES
-                if not _tensors_equal(self.rng[key], self.saved["rng"][key])]
+                if not same_state(self.rng[key], self.saved["rng"][key])]
 
     @property
     def divergence(self):
@@ -461,7 +440,7 @@ def _has_scaler_state(item) -> bool:
 
 
 def _optimizer_lost(s: ResumeSeen) -> bool:
-    return not _tensors_equal(s.optimizer_state, s.saved["optimizer"]["state"])
+    return not same_state(s.optimizer_state, s.saved["optimizer"]["state"])
 
 
 ADAM_RESTARTS = (" Without it AdamW restarts its moving averages (exp_avg, exp_avg_sq) and step count from "
@@ -474,6 +453,10 @@ RESTORE_MISTAKES = (
             lambda s: not isinstance(s.result, (tuple, list)) or len(s.result) != 2, lambda s: (
                 f"load_checkpoint returned {_short(s.result)}; it must return the pair (step, config) so the "
                 "loop knows where to continue and with which precision policy.")),
+    Mistake("(config, step) in the wrong order",
+            lambda s: isinstance(s.result[0], dict) and _as_step(s.result[1]) == STEPS_BEFORE,
+            "load_checkpoint returned (config, step): the pair is the other way round. Return "
+            "(step, config), the order the training loop unpacks (`step, config = load_checkpoint(...)`)."),
     Mistake("step counter lost", lambda s: _as_step(s.result[0]) != STEPS_BEFORE, lambda s: (
         f"Step counter lost: load_checkpoint returned step {_short(s.result[0])}, but the checkpoint was "
         f"saved after {STEPS_BEFORE} steps. Save `step` in the payload and return it: schedules, logs and "
@@ -483,10 +466,15 @@ RESTORE_MISTAKES = (
         "regions, ...) and return it: it is how a resume tells a continuation from a change of precision "
         "policy.")),
     Mistake("weights not restored",
-            lambda s: not all(_tensors_equal(s.params[k], s.saved["params"][k]) for k in s.saved["params"]),
+            lambda s: not all(same_state(s.params[k], s.saved["params"][k]) for k in s.saved["params"]),
             "The model's weights were not restored: after load_checkpoint the fresh model still has its own "
             "parameters. Save model.state_dict() and call model.load_state_dict(...) on the model you are "
             "given (do not build a new one)."),
+    Mistake("optimizer lost the model's parameters", lambda s: not s.optimizer_has_the_parameters,
+            "After load_checkpoint the optimizer no longer holds the model's parameters: the model's "
+            "parameter tensors were replaced (load_state_dict(..., assign=True), or new nn.Parameters), "
+            "while the optimizer still updates the old ones, so the next step finds no gradients to apply. "
+            "Copy the weights into the existing parameters: model.load_state_dict(state), no assign=True."),
     Mistake("optimizer state saved but not restored",
             lambda s: _optimizer_lost(s) and s.in_file(_has_optimizer_state),
             "Optimizer state not restored: your file contains the optimizer's state_dict, but "
@@ -556,8 +544,14 @@ def _load_into_a_fresh_run(load_checkpoint, path, folder, config, saved):
     with recorded_file_calls() as calls:
         result = call_learner(load_checkpoint, copy_path, model, optimizer, scaler)
     rng = capture_rng()
-    seen = ResumeSeen(config, saved, result, _params(model), copy.deepcopy(optimizer.state_dict()["state"]),
-                      dict(scaler.state_dict()), fresh_scaler, rng, _payload(copy_path), calls.loads)
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    try:  # an optimizer whose params the learner replaced may not even produce its state_dict
+        optimizer_state = copy.deepcopy(optimizer.state_dict()["state"])
+    except Exception:
+        optimizer_state = None
+    seen = ResumeSeen(config, saved, result, _params(model), optimizer_state, dict(scaler.state_dict()),
+                      fresh_scaler, rng, read_any_payload(copy_path), calls.loads,
+                      optimizer_has_the_parameters=held == {id(p) for p in model.parameters()})
     return seen, (model, optimizer, scaler)
 
 
@@ -581,7 +575,12 @@ def check_resume(save_checkpoint, load_checkpoint):
         mistake = first_mistake(RESTORE_MISTAKES, seen)
         if mistake:
             return failed(mistake.text(seen))
-        resumed_losses = _run(*resumed, STEPS_AFTER)
+        try:
+            resumed_losses = _run(*resumed, STEPS_AFTER)
+        except Exception as exc:  # the objects load_checkpoint left behind cannot train
+            return failed(f"After load_checkpoint the next training step failed: {describe_exception(exc)}. "
+                          "load_checkpoint must leave the model, optimizer and scaler it was given ready to "
+                          "train, as they were at save time.")
         seen = replace(seen, reference_losses=reference_losses, resumed_losses=resumed_losses,
                        reference_params=_params(model), final_params=_params(resumed[0]))
         mistake = first_mistake(RUN_MISTAKES, seen)

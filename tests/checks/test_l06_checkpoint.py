@@ -387,8 +387,10 @@ def other_torch_rng(rng):
 RESTORE_RULE_CASES = {
     "not the pair (step, config)": lambda s: dict(result=6),
     "step counter lost": lambda s: dict(result=(0, s.config)),
+    "(config, step) in the wrong order": lambda s: dict(result=(s.config, 6)),
     "config lost": lambda s: dict(result=(6, {})),
     "weights not restored": lambda s: dict(params={"w": torch.zeros(2)}),
+    "optimizer lost the model's parameters": lambda s: dict(optimizer_has_the_parameters=False),
     "optimizer state saved but not restored": lambda s: dict(optimizer_state={}),
     "optimizer state not saved": lambda s: dict(optimizer_state={}, payload={"scaler": s.saved["scaler"]}),
     "only part of the GradScaler state": lambda s: dict(scaler={"scale": 2048.0, "_growth_tracker": 0}),
@@ -606,3 +608,241 @@ def test_checks_are_fast():
             assert check(*args).passed
             times.append(time.perf_counter() - start)
         assert min(times) < 2.0, (check.__name__, times)
+
+
+# ------------------------------------------- a class's answers: more styles that are right, more mistakes
+
+
+def _rng_in_learner_style():
+    """random.getstate() kept as the tuple it is; NumPy's state as the dict get_state(legacy=False) gives."""
+    numpy_state = np.random.get_state(legacy=False)
+    numpy_state["state"]["key"] = numpy_state["state"]["key"].tolist()
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all()}
+
+
+def _class_payload(model, optimizer, scaler, step, config):
+    return {"step": step, "config": config, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(), "rng": _rng_in_learner_style()}
+
+
+def save_bytes_then_write(path, model, optimizer, scaler, step, config):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(_class_payload(model, optimizer, scaler, step, config), buffer)
+    temporary = path + ".tmp"
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(buffer.getvalue())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def save_in_a_temporary_directory(path, model, optimizer, scaler, step, config):
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as folder:
+        temporary = os.path.join(folder, "checkpoint.pt")
+        torch.save(_class_payload(model, optimizer, scaler, step, config), temporary)
+        os.replace(temporary, path)  # a folder inside the checkpoint's: the same file system
+
+
+def save_pathlib_with_suffix_and_prints(path, model, optimizer, scaler, step, config):
+    import pathlib
+
+    path = pathlib.Path(path)
+    temporary = path.with_suffix(".tmp")
+    print(f"saving step {step} to {path}")
+    try:
+        with temporary.open("wb") as handle:
+            torch.save(_class_payload(model, optimizer, scaler, step, config), handle)
+        temporary.replace(path)
+    except Exception:
+        temporary.unlink(missing_ok=True)
+        raise
+    print("saved")
+
+
+def save_wrapping_the_error(path, model, optimizer, scaler, step, config):
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        torch.save(_class_payload(model, optimizer, scaler, step, config), temporary)
+    except OSError as error:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise RuntimeError(f"checkpoint {path} not written") from error
+    os.replace(temporary, path)
+
+
+def save_verified_before_the_swap(path, model, optimizer, scaler, step, config):
+    temporary = str(path) + ".tmp"
+    try:
+        torch.save(_class_payload(model, optimizer, scaler, step, config), temporary)
+        torch.load(temporary, weights_only=True)  # read it back before it replaces the old one
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def load_in_learner_style(path, model, optimizer, scaler):
+    checkpoint = torch.load(path, map_location=next(model.parameters()).device, weights_only=True)
+    for name, target in (("model", model), ("optimizer", optimizer), ("scaler", scaler)):
+        target.load_state_dict(checkpoint[name])
+    rng = checkpoint["rng"]
+    random.setstate(rng["python"])
+    numpy_state = rng["numpy"]
+    numpy_state["state"]["key"] = np.asarray(numpy_state["state"]["key"], dtype=np.uint32)
+    np.random.set_state(numpy_state)
+    torch.random.set_rng_state(rng["torch"])
+    if torch.cuda.is_available() and rng["cuda"]:
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    model.train()
+    return int(checkpoint["step"]), dict(checkpoint["config"])
+
+
+CLASS_SAVES = [save_bytes_then_write, save_in_a_temporary_directory, save_pathlib_with_suffix_and_prints,
+               save_wrapping_the_error, save_verified_before_the_swap]
+
+
+@pytest.mark.parametrize("save", CLASS_SAVES, ids=lambda f: f.__name__)
+def test_class_saves_written_differently_pass_both_checks(save):
+    result = check_save_checkpoint(save)
+    assert result.passed, result.message
+    result = check_resume(save, load_in_learner_style)
+    assert result.passed, result.message
+
+
+def _atomic_class(payload, path):
+    temporary = path + ".tmp"
+    try:
+        torch.save(payload, temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def save_temporary_in_system_tmp(path, model, optimizer, scaler, step, config):
+    import tempfile
+
+    descriptor, temporary = tempfile.mkstemp(suffix=".pt")  # no dir=: /tmp, maybe another file system
+    os.close(descriptor)
+    try:
+        torch.save(_class_payload(model, optimizer, scaler, step, config), temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def save_backup_then_write(path, model, optimizer, scaler, step, config):
+    if os.path.exists(path):
+        shutil.copyfile(path, path + ".bak")  # "a backup makes it safe"
+    torch.save(_class_payload(model, optimizer, scaler, step, config), path)
+
+
+def save_with_torch_version(path, model, optimizer, scaler, step, config):
+    payload = _class_payload(model, optimizer, scaler, step, config)
+    payload["torch_version"] = torch.__version__
+    _atomic_class(payload, path)
+
+
+def save_warning_on_oserror(path, model, optimizer, scaler, step, config):
+    temporary = path + ".tmp"
+    try:
+        torch.save(_class_payload(model, optimizer, scaler, step, config), temporary)
+        os.replace(temporary, path)
+    except OSError as error:
+        print("warning: checkpoint failed", error)
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (save_temporary_in_system_tmp, "not next to the checkpoint"),
+    (save_backup_then_write, "torch.save wrote straight into `path`"),
+    (save_with_torch_version, "store str(torch.__version__)"),
+    (save_warning_on_oserror, "hid a failed write"),
+])
+def test_class_save_mistakes_are_named(wrong, words):
+    result = check_save_checkpoint(wrong)
+    assert not result.passed and result.status == "failed", result.message
+    assert words in result.message, result.message
+
+
+def load_returning_config_first(path, model, optimizer, scaler):
+    step, config = load_in_learner_style(path, model, optimizer, scaler)
+    return config, step
+
+
+def load_with_assign(path, model, optimizer, scaler):
+    step, config = load_in_learner_style(path, model, optimizer, scaler)
+    model.load_state_dict(torch.load(path, weights_only=True)["model"], assign=True)  # new tensors
+    return step, config
+
+
+def load_then_reseed(path, model, optimizer, scaler):
+    step, config = load_in_learner_style(path, model, optimizer, scaler)
+    torch.manual_seed(step)  # "seeding with the step makes the resume reproducible"
+    np.random.seed(step)
+    random.seed(step)
+    return step, config
+
+
+def load_returning_the_next_step(path, model, optimizer, scaler):
+    step, config = load_in_learner_style(path, model, optimizer, scaler)
+    return step + 1, config
+
+
+def load_then_fresh_scaler(path, model, optimizer, scaler):
+    step, config = load_in_learner_style(path, model, optimizer, scaler)
+    scaler.__init__("cpu")  # "a resumed run starts its scaler afresh"
+    return step, config
+
+
+def load_then_halve_lr(path, model, optimizer, scaler):
+    step, config = load_in_learner_style(path, model, optimizer, scaler)
+    for group in optimizer.param_groups:
+        group["lr"] = config["lr"] / 2  # a "warm restart"
+    return step, config
+
+
+@pytest.mark.parametrize("load, words", [
+    (load_returning_config_first, "returned (config, step): the pair is the other way round"),
+    (load_with_assign, "the optimizer no longer holds the model's parameters"),
+    (load_then_reseed, "RNG not restored"),
+    (load_returning_the_next_step, "returned step 7"),
+    (load_then_fresh_scaler, "GradScaler state saved but not restored"),
+    (load_then_halve_lr, "diverges from the uninterrupted one"),
+])
+def test_class_load_mistakes_are_named(load, words):
+    result = check_resume(save_bytes_then_write, load)
+    assert not result.passed and result.status == "failed", result.message
+    assert words in result.message, result.message
+
+
+def test_a_load_that_leaves_objects_unable_to_train_is_named_not_a_checker_bug():
+    def load_to_half(path, model, optimizer, scaler):
+        step, config = load_in_learner_style(path, model, optimizer, scaler)
+        optimizer.param_groups[0]["params"] = [torch.zeros(1, requires_grad=True)]  # params the model lacks
+        return step, config
+
+    result = check_resume(save_bytes_then_write, load_to_half)
+    assert result.status == "failed", result.message
+    assert "no longer holds the model's parameters" in result.message
+
+
+def test_the_temporary_folder_rule_reads_folders_inside_the_checkpoints_as_the_same():
+    inside = replace(GOOD_SAVE, saves=["/run/tmpdir/x"], moves=[("/run/tmpdir/x", "/run/run.ckpt")])
+    sibling = replace(GOOD_SAVE, saves=["/running/x"], moves=[("/running/x", "/run/run.ckpt")])
+    assert first_mistake(l06.SAVE_MISTAKES, inside) is None
+    assert first_mistake(l06.SAVE_MISTAKES, sibling).name == "temporary file in another folder"
