@@ -85,6 +85,31 @@ _DECIDE_CASES = [
      "decide 0."),
 ]
 
+# Probes: rows where the rule, `<=` and torch.isclose all agree, but deciding on CHANGED scores (rounded,
+# turned into probabilities, rescaled per row) does not. They run as cases after the ones above, and when an
+# earlier case fails they are asked too: a learner who decided on changed scores can fail first where the
+# change looks like another mistake (softmax of [1.0, 0.75, 0.0] has margin 0.11 < 0.25, like `<=`).
+_DECIDE_PROBES = [
+    (_t([[1.4, 0.6]]), 0.5, [0],
+     "The margin 1.4 - 0.6 = 0.8 is above tie_tolerance=0.5, so the row decides 0. Take the margin on the "
+     "exact scores: rounded to whole numbers the row is a tie [1, 1]."),
+    (_t([[1.0, 0.54]]), 0.5, [-1],
+     "The margin 1.0 - 0.54 = 0.46 is below tie_tolerance=0.5, so the row must abstain (-1). Take the "
+     "margin on the exact scores: rounded to 1 decimal it becomes 0.5 and the row would decide."),
+    (_t([[1.0, 0.754]]), 0.25, [-1],
+     "The margin 1.0 - 0.754 = 0.246 is below tie_tolerance=0.25, so the row must abstain (-1). Take the "
+     "margin on the exact scores: rounded to 2 decimals it becomes 0.25 and the row would decide."),
+    (_t([[10.0, 9.0]]), 0.5, [0],
+     "The margin 10 - 9 = 1 is above tie_tolerance=0.5, so the row decides 0. The tolerance is in the units "
+     "of the scores: softmax would turn the row into [0.73, 0.27], a margin of 0.46."),
+    (_t([[10.0, 0.0]]), 2.0, [0],
+     "The margin 10 is far above tie_tolerance=2.0, so the row decides 0. Take the margin on the scores as "
+     "given: probabilities or a rescaled row ([1, 0] after dividing by its length) have a margin near 1."),
+    (_t([[0.3, 0.2]]), 0.15, [-1],
+     "The margin 0.3 - 0.2 = 0.1 is below tie_tolerance=0.15, so the row must abstain (-1). Take the "
+     "margin on the scores as given: divided by its sum the row becomes [0.6, 0.4] (margin 0.2)."),
+]
+
 
 @dataclass(frozen=True)
 class DecideAnswer:
@@ -96,6 +121,7 @@ class DecideAnswer:
     got: list
     case_mistake: str  # the message of the mistake this case is built to catch
     changed_input: bool = False
+    probe_got: tuple = ()  # the learner's decisions on each of _DECIDE_PROBES (None where unusable)
 
     @property
     def what(self) -> str:
@@ -116,10 +142,101 @@ def _abstains_at_equal_margin(a: DecideAnswer) -> bool:
     return a.got != a.expected and any(float(row_margins[i]) == a.tolerance for i in wrongly_abstained)
 
 
+def _decide_changed(change, scores: torch.Tensor, tolerance: float, finite_first: bool) -> list:
+    """The rule applied to ``change(scores)``; with ``finite_first`` non-finite rows are set aside before the
+    change (a learner who tests the raw rows), otherwise the changed rows are tested."""
+    s = scores.float()
+    if not finite_first:
+        return decide(change(s), tolerance).tolist()
+    finite = torch.isfinite(s).all(dim=1, keepdim=True)
+    decided = decide(change(torch.where(finite, s, torch.zeros_like(s))), tolerance)
+    return torch.where(finite.squeeze(1), decided, torch.full_like(decided, -1)).tolist()
+
+
+def _rounded(decimals: int):
+    return lambda s: torch.round(s, decimals=decimals)
+
+
+def _per_row(by):
+    return lambda s: s / by(s)
+
+
+def _min_max(s):
+    low, high = s.min(dim=1, keepdim=True).values, s.max(dim=1, keepdim=True).values
+    return (s - low) / (high - low)
+
+
+# Each known change: (what it is, in words, as the message shows it; the change itself).
+ROUNDINGS = (
+    ("the scores rounded to whole numbers (torch.round(scores))", _rounded(0)),
+    ("the scores rounded to 1 decimal (torch.round(scores, decimals=1))", _rounded(1)),
+    ("the scores rounded to 2 decimals (torch.round(scores, decimals=2))", _rounded(2)),
+)
+PROBABILITIES = (
+    ("torch.softmax(scores, dim=1)", lambda s: torch.softmax(s, dim=1)),
+    ("torch.sigmoid(scores)", torch.sigmoid),
+)
+RESCALINGS = (
+    ("each row divided by its sum", _per_row(lambda s: s.sum(dim=1, keepdim=True))),
+    ("each row divided by its length (L2 norm, F.normalize(scores, dim=1))",
+     _per_row(lambda s: s.norm(dim=1, keepdim=True))),
+    ("each row divided by its largest absolute value", _per_row(lambda s: s.abs().amax(dim=1, keepdim=True))),
+    ("each row scaled to [0, 1] (min-max)", _min_max),
+    ("each row standardised ((row - mean) / std)",
+     lambda s: (s - s.mean(dim=1, keepdim=True)) / s.std(dim=1, keepdim=True)),
+)
+
+
+def _explains(change, a: DecideAnswer, finite_first: bool) -> bool:
+    return _decide_changed(change, a.scores, a.tolerance, finite_first) == a.got and all(
+        _decide_changed(change, scores, tolerance, finite_first) == got
+        for (scores, tolerance, _, _), got in zip(_DECIDE_PROBES, a.probe_got))
+
+
+def _explaining_change(a: DecideAnswer, changes) -> str | None:
+    """The changes whose decisions are exactly the learner's, on the failing case and on every probe, in
+    words (each change decides some probe wrongly, so a learner right on the probes is never taken for one;
+    the probes cannot tell every pair apart, e.g. softmax from sigmoid on two classes, so all are named)."""
+    if a.got == a.expected or len(a.probe_got) != len(_DECIDE_PROBES) or None in a.probe_got:
+        return None
+    words = [w for w, change in changes if any(_explains(change, a, first) for first in (True, False))]
+    return " or ".join(words) or None
+
+
+def _changed_scores(name: str, changes, why: str) -> Mistake:
+    """A rule for deciding on changed scores: it names the change that reproduces the learner's answers and
+    shows, besides the failing case, the first probe where the change shows."""
+
+    def message(a: DecideAnswer) -> str:
+        text = a.shown(f"Your decisions are the rule applied to {_explaining_change(a, changes)}, not to the "
+                       f"scores you were given. {why}")
+        for (scores, tolerance, expected, _), got in zip(_DECIDE_PROBES, a.probe_got):
+            if got != expected:
+                return f"{text}\nFor {_case_text(scores, tolerance)} you returned {got}, expected {expected}."
+        return text
+
+    return Mistake(name, lambda a: _explaining_change(a, changes) is not None, message)
+
+
 DECIDE_MISTAKES = (
     Mistake("changed the scores in place", lambda a: a.changed_input,
             "decide changed the scores tensor it was given (an in-place operation such as nan_to_num_ or "
             "sort_). Work on a copy or use out-of-place operations."),
+    _changed_scores("decided on rounded scores", ROUNDINGS,
+                    "Rounding moves each score by up to half of the last decimal kept, so a margin just "
+                    "below tie_tolerance can become equal to it (and decide) and a clear margin can shrink "
+                    "into a tie: near-ties are exactly the rows the rule is for. Decide on the exact scores; "
+                    "round only what you print."),
+    _changed_scores("decided on probabilities", PROBABILITIES,
+                    "Probabilities keep the order of the scores but not their differences: softmax turns "
+                    "[10, 9] (margin 1) into [0.73, 0.27] (margin 0.46), and no two probabilities differ by "
+                    "more than 1. tie_tolerance is in the units of the scores you are given (the logits): "
+                    "take the margin on them."),
+    _changed_scores("decided on rescaled rows", RESCALINGS,
+                    "Rescaling a row scales its margin too ([10, 0] divided by its length is [1, 0]: margin "
+                    "1 instead of 10), so rows move across tie_tolerance, and dividing by a negative sum "
+                    "even reverses the order. tie_tolerance is in the units of the scores you are given: "
+                    "take the margin on them as they are."),
     Mistake("abstains when the margin equals tie_tolerance", _abstains_at_equal_margin, lambda a: a.shown(
         f"A row whose margin is exactly equal to tie_tolerance={a.tolerance} must decide, not abstain: "
         "abstain only when the margin is strictly below the tolerance (`margin < tie_tolerance`, not `<=`). "
@@ -155,6 +272,20 @@ def _as_decisions(got, n: int, what: str) -> torch.Tensor:
     return got.detach().cpu()
 
 
+def _probe_answers(decide_fn) -> tuple:
+    """The learner's decisions on every probe, asked only once a case has failed (None where it raised or
+    returned something that is not one decision per row: those answers are judged as cases, not here)."""
+    answers = []
+    for scores, tolerance, _, _ in _DECIDE_PROBES:
+        try:
+            got = call_learner(decide_fn, scores.clone(), tolerance)
+        except LearnerProblem:
+            got = None
+        usable = isinstance(got, torch.Tensor) and tuple(got.shape) == (scores.shape[0],)
+        answers.append(got.tolist() if usable else None)
+    return tuple(answers)
+
+
 def _decide_random_rows(decide_fn):
     """Random quarter-valued rows (exact ties and margins happen) against the package's ``decide``."""
     generator = torch.Generator().manual_seed(4)
@@ -178,13 +309,16 @@ def _decide_random_rows(decide_fn):
 @checker("04.1 decide with a tie rule")
 def check_decide(decide_fn):
     """``decide_fn(scores, tie_tolerance) -> LongTensor [N]`` per the rules of exercise 04.1."""
-    for number, (scores, tolerance, expected, case_mistake) in enumerate(_DECIDE_CASES):
+    for number, (scores, tolerance, expected, case_mistake) in enumerate(_DECIDE_CASES + _DECIDE_PROBES):
         given = scores.clone()  # the learner gets a copy: the cases must survive an in-place mistake
         case = _case_text(scores, tolerance)
         got = _call_case(decide_fn, (given, tolerance), case, case_mistake, number == 0)
         got = _as_decisions(got, scores.shape[0], _case_text(scores, tolerance))
         changed = not torch.allclose(given.float(), scores.float(), rtol=0, atol=0, equal_nan=True)
         answer = DecideAnswer(scores, tolerance, expected, got.tolist(), case_mistake, changed)
+        if answer.got != expected and not changed:
+            answer = DecideAnswer(scores, tolerance, expected, answer.got, case_mistake, changed,
+                                  _probe_answers(decide_fn))
         mistake = first_mistake(DECIDE_MISTAKES, answer)
         if mistake:
             return failed(mistake.text(answer))
@@ -200,8 +334,18 @@ def check_decide(decide_fn):
 WANT = dict(atol=0.05, rtol=0.01, min_quality=0.8, nonfinite="fail", tie_rule="abstain", tie_tolerance=0.1,
             allowed_decision_changes=0)
 
+
+
+def _is(value: float, field: str) -> bool:
+    """``value`` is the stated one, also after float32 (np.float32(0.01), a tensor's .item())."""
+    return math.isclose(value, WANT[field], rel_tol=1e-6)
+
+
 # Each rule reads the object make_criteria returned; the first that fits names the mistake.
 CRITERIA_MISTAKES = (
+    Mistake("returned None", lambda got: got is None,
+            "make_criteria returned None: end it with `return Criteria(...)` (printing the criteria or "
+            "assigning them to a variable does not hand them back)."),
     Mistake("not a Criteria", lambda got: not isinstance(got, Criteria), lambda got: (
         f"make_criteria returned a {type(got).__name__}; return an amp_lessons.validation.Criteria(...) "
         "(immutable, with a fingerprint), not a dict or a tuple.")),
@@ -212,23 +356,23 @@ CRITERIA_MISTAKES = (
             "rtol=1 means 100 %: '1 % of the reference score' is rtol=0.01 (a fraction)."),
     Mistake("no relative part", lambda got: got.rtol == 0,
             "The tolerance has a relative part too: 'plus 1 % of the reference score's size' is rtol=0.01."),
-    Mistake("another rtol", lambda got: not math.isclose(got.rtol, WANT["rtol"]),
+    Mistake("another rtol", lambda got: not _is(got.rtol, "rtol"),
             lambda got: f"rtol is {got.rtol:g}; '1 % of the size of the reference score' is rtol=0.01."),
-    Mistake("another atol", lambda got: not math.isclose(got.atol, WANT["atol"]),
+    Mistake("another atol", lambda got: not _is(got.atol, "atol"),
             lambda got: f"atol is {got.atol:g}; the application allows an absolute difference of 0.05."),
     Mistake("no minimum quality", lambda got: got.min_quality is None,
             "The application requires at least 80 % accuracy on the labelled set: set min_quality=0.8."),
-    Mistake("another minimum quality", lambda got: not math.isclose(got.min_quality, WANT["min_quality"]),
+    Mistake("another minimum quality", lambda got: not _is(got.min_quality, "min_quality"),
             lambda got: f"min_quality is {got.min_quality:g}; 'at least 80 %' is min_quality=0.8."),
     Mistake("non-finite outputs allowed", lambda got: got.nonfinite != "fail",
             "Any NaN or inf must fail the trial: nonfinite='fail'."),
     Mistake("ties to the lowest index", lambda got: got.tie_rule != "abstain",
             "Near-ties are escalated to a person, not settled by the lowest index: tie_rule='abstain'."),
-    Mistake("tie_tolerance set to atol", lambda got: math.isclose(got.tie_tolerance, WANT["atol"])
+    Mistake("tie_tolerance set to atol", lambda got: _is(got.tie_tolerance, "atol")
             and not math.isclose(WANT["atol"], WANT["tie_tolerance"]),
             "tie_tolerance is the MARGIN below which tickets are escalated (0.1), not the score tolerance "
             "atol (0.05)."),
-    Mistake("another tie_tolerance", lambda got: not math.isclose(got.tie_tolerance, WANT["tie_tolerance"]),
+    Mistake("another tie_tolerance", lambda got: not _is(got.tie_tolerance, "tie_tolerance"),
             lambda got: f"tie_tolerance is {got.tie_tolerance:g}; tickets whose top two scores are closer "
                         "than 0.1 are escalated: tie_tolerance=0.1."),
     Mistake("decision changes allowed", lambda got: got.allowed_decision_changes != 0,

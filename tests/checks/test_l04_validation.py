@@ -314,15 +314,27 @@ def test_checks_are_fast():
 # ------------------------------------------------------------------------------- the rule tables, one by one
 
 
-def decide_answer(got, *, scores=((2.0, 5.0, 5.0),), tolerance=0.0, expected=(1,), changed_input=False):
+def decide_answer(got, *, scores=((2.0, 5.0, 5.0),), tolerance=0.0, expected=(1,), changed_input=False,
+                  probe_got=None):
+    """``probe_got``: the change of the scores whose decisions on the probes the learner gave (None: none)."""
+    probes = () if probe_got is None else tuple(
+        l04._decide_changed(probe_got, s, t, True) for s, t, _, _ in l04._DECIDE_PROBES)
     return l04.DecideAnswer(torch.tensor(scores), tolerance, list(expected), list(got), "the case's message",
-                            changed_input)
+                            changed_input, probes)
 
 
 DECIDE_RULE_CASES = {
     "changed the scores in place": decide_answer([1], changed_input=True),
     "abstains when the margin equals tie_tolerance": decide_answer(
         [-1], scores=((1.0, 0.75, 0.0),), tolerance=0.25, expected=(0,)),
+    "decided on rounded scores": decide_answer(
+        [0], scores=((1.0 - 2**-20, 0.0),), tolerance=1.0, expected=(-1,), probe_got=l04._rounded(2)),
+    "decided on probabilities": decide_answer(
+        [-1], scores=((1.0, 0.75, 0.0),), tolerance=0.25, expected=(0,),
+        probe_got=lambda s: torch.softmax(s, dim=1)),
+    "decided on rescaled rows": decide_answer(
+        [1, 0, 2], scores=((0.1, 2.0, -1.0, 0.5), (3.0, -2.0, 1.0, 0.0), (-1.0, -0.5, -3.0, -0.75)),
+        expected=(1, 0, 1), probe_got=lambda s: s / s.sum(dim=1, keepdim=True)),
     "the mistake this case is built to catch": decide_answer([2]),
 }
 
@@ -338,6 +350,7 @@ def test_each_decide_rule_recognises_its_case(name):
 
 
 CRITERIA_RULE_CASES = {
+    "returned None": None,
     "not a Criteria": dict(GOOD),
     "atol and rtol swapped": dict(atol=0.01, rtol=0.05),
     "rtol as a percentage": dict(rtol=1.0),
@@ -357,7 +370,7 @@ CRITERIA_RULE_CASES = {
 @pytest.mark.parametrize("name", CRITERIA_RULE_CASES)
 def test_each_criteria_rule_recognises_its_case(name):
     change = CRITERIA_RULE_CASES[name]
-    got = change if name == "not a Criteria" else Criteria(**{**GOOD, **change})
+    got = change if name in ("returned None", "not a Criteria") else Criteria(**{**GOOD, **change})
     rule = first_mistake(l04.CRITERIA_MISTAKES, got)
     assert rule is not None and rule.name == name
     assert rule.text(got)
@@ -491,6 +504,62 @@ def test_decide_checker_names_new_mistakes(wrong, words):
     assert words in result.message, result.message
 
 
+def _decide_on(change, finite_first=False):
+    """The solution applied to changed scores: rounded, turned into probabilities, or rescaled per row."""
+
+    def decide_fn(scores, tie_tolerance):
+        s = scores.float()
+        if not finite_first or s.shape[0] == 0:
+            return decide_solution()(change(s), tie_tolerance)
+        finite = torch.isfinite(s).all(dim=1)
+        decided = decide_solution()(change(torch.where(finite.unsqueeze(1), s, torch.zeros_like(s))),
+                                    tie_tolerance)
+        return torch.where(finite, decided, -1)
+
+    return decide_fn
+
+
+def _min_max(s):
+    low, high = s.min(dim=1, keepdim=True).values, s.max(dim=1, keepdim=True).values
+    return (s - low) / (high - low)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    # each was named as another mistake before the probes: isclose, `<=`, argmax, "use tie_tolerance?"
+    (_decide_on(lambda s: torch.round(s, decimals=2)), "rounded to 2 decimals"),
+    (_decide_on(lambda s: torch.round(s, decimals=1)), "rounded to 1 decimal "),
+    (_decide_on(torch.round, finite_first=True), "rounded to whole numbers"),
+    (_decide_on(lambda s: s.softmax(dim=1)), "torch.softmax(scores, dim=1)"),
+    (_decide_on(lambda s: s.softmax(dim=1), finite_first=True), "torch.softmax"),
+    (_decide_on(torch.sigmoid), "torch.sigmoid(scores)"),
+    (_decide_on(lambda s: torch.nn.functional.normalize(s, dim=1)), "divided by its length"),
+    (_decide_on(lambda s: s / s.sum(dim=1, keepdim=True)), "divided by its sum"),
+    (_decide_on(_min_max, finite_first=True), "min-max"),
+    (_decide_on(lambda s: (s - s.mean(dim=1, keepdim=True)) / s.std(dim=1, keepdim=True)), "standardised"),
+])
+def test_decide_checker_names_changed_scores(wrong, words):
+    result = check_decide(wrong)
+    assert not result.passed and result.status != NOT_DONE
+    assert words in result.message and "not to the scores you were given" in result.message, result.message
+    assert result.message.count("\nFor scores") == 2, result.message  # the failing case, then a probe
+
+
+def test_probes_tell_changed_scores_from_the_rule_and_its_near_misses():
+    """Each change decides some probe wrongly, so a learner right on every probe is never taken for one; the
+    rule, `<=` and torch.isclose agree on every probe, so the probes never blame those mistakes."""
+    changes = l04.ROUNDINGS + l04.PROBABILITIES + l04.RESCALINGS
+    for words, change in changes:
+        for finite_first in (True, False):
+            assert any(l04._decide_changed(change, s, t, finite_first) != e
+                       for s, t, e, _ in l04._DECIDE_PROBES), words
+    near_misses = [_abstain_on_equal,
+                   _decide_with(margin_rule=lambda m, t: (m < t) & ~torch.isclose(m, torch.full_like(m, t))),
+                   _decide_with(tie_rule=_isclose_tie)]
+    for fn in [decide_solution(), *near_misses]:
+        for scores, tolerance, expected, _ in l04._DECIDE_PROBES:
+            assert fn(scores.clone(), tolerance).tolist() == expected
+
+
 def test_decide_checker_reports_an_error_first():
     result = check_decide(_typo_decide)
     assert result.message.startswith("`_typo_decide` raised an error: AttributeError"), result.message
@@ -601,6 +670,35 @@ def test_judge_trial_checker_reports_an_error_first():
 def test_criteria_checker_accepts_correct_variants(variant):
     result = check_criteria(variant)
     assert result.passed, result.message
+
+
+@pytest.mark.parametrize("variant", [
+    lambda: Criteria(0.05, 0.01, 0.8, "fail", "abstain", 0.1, 0, "ticket router"),  # positional
+    # values that went through float32 (numpy or torch scalars): 0.01 is 0.0099999998 there, same criteria
+    lambda: Criteria(**{**GOOD, "atol": np.float32(0.05), "rtol": np.float32(0.01),
+                        "min_quality": np.float32(0.8), "tie_tolerance": np.float32(0.1)}),
+    lambda: Criteria(**{**GOOD, "rtol": torch.tensor(0.01).item(), "min_quality": 1 - 0.2,
+                        "tie_tolerance": 0.3 - 0.2}),  # arithmetic that lands within rounding of the value
+])
+def test_review_criteria_variants_pass(variant):
+    result = check_criteria(variant)
+    assert result.passed, result.message
+
+
+def _criteria_printed_not_returned():
+    print(Criteria(**GOOD))  # shown in the notebook, but the function returns None
+
+
+@pytest.mark.parametrize("make, words", [
+    (_criteria_printed_not_returned, "returned None: end it with `return Criteria(...)`"),
+    (lambda: (Criteria(**GOOD),), "returned a tuple"),  # a stray trailing comma after the Criteria(...)
+    (lambda: Criteria(**{**GOOD, "atol": 0.0505, "rtol": 0.0}), "relative part"),  # 0.05 * 1.01 folded in
+    (lambda: Criteria(**{**GOOD, "min_quality": 0.1, "tie_tolerance": 0.8}), "'at least 80 %'"),  # swapped
+])
+def test_review_criteria_names_mistakes(make, words):
+    result = check_criteria(make)
+    assert not result.passed and result.status != NOT_DONE
+    assert words in result.message, result.message
 
 
 @pytest.mark.parametrize("change, words", [
