@@ -274,6 +274,16 @@ class Seen:
         return "; ".join(parts)
 
 
+@functools.lru_cache(maxsize=1)
+def _initial_weights() -> torch.Tensor:
+    return _flat(_fresh()[0])
+
+
+def _never_moved(seen: Seen) -> list:
+    """Ranks whose weights are still the initial ones after every step (scaler.step never applied there)."""
+    return [r for r in range(WORLD) if all(torch.equal(p, _initial_weights()) for p in seen.params[r])]
+
+
 def _ranks_differ_from_start(seen: Seen) -> bool:
     return not seen.ranks_agree(0)
 
@@ -286,6 +296,11 @@ def _local_skip_decision(seen: Seen) -> bool:
 
 
 RANK_RULES = (
+    Mistake("weights never updated", lambda seen: bool(_never_moved(seen)), lambda seen: (
+        f"{' and '.join(f'rank {r}' for r in _never_moved(seen))} never changed its weights in {len(PLAN)} "
+        "steps: scaler.step(optimizer) was never applied there. Every rank holds its own replica and must "
+        "call scaler.step(optimizer) and scaler.update() itself (not only rank 0, not only when the loss "
+        "looks finite): the all-reduce makes the gradients equal, the step makes the replicas move.")),
     Mistake("gradients never combined", _ranks_differ_from_start, lambda seen: (
         "The ranks drift apart from the first step: after step 0 rank 0's and rank 1's weights already "
         "differ, so each rank trained on its own slice only. Average the gradients over ranks after "
@@ -353,6 +368,12 @@ def _returned_text(seen: Seen, step: int = 0) -> str:
     return ", ".join(f"rank {r}: {seen.returned[r][step]:.6g}" for r in range(WORLD))
 
 
+def _scaled_batch_loss(seen: Seen, rank: int, step: int) -> float:
+    """The batch loss times the scale rank ``rank`` used at ``step`` (what scaler.scale(loss) holds)."""
+    scale = INIT_SCALE if step == 0 else seen.scales[rank][step - 1]
+    return seen.replay("mean")["mean"][step] * scale
+
+
 LOSS_RULES = (
     Mistake("returned its own rank's loss", lambda seen: _loss_is(seen, lambda r, s: seen.replay("mean")
                                                                   ["local"][r][s]), lambda seen: (
@@ -360,6 +381,11 @@ LOSS_RULES = (
         f"step 0; the batch loss is {seen.replay('mean')['mean'][0]:.6g}). A log written by rank 0 then "
         "shows half of the data, and ranks disagree about the number. All-reduce a detached copy of the "
         "loss (SUM) and divide by the world size.")),
+    Mistake("returned the scaled loss",
+            lambda seen: _loss_is(seen, functools.partial(_scaled_batch_loss, seen)), lambda seen: (
+        f"The weights are right, but the returned loss ({_returned_text(seen)} at step 0) is the *scaled* "
+        f"loss, {scale_text(INIT_SCALE)} times the batch loss ({seen.replay('mean')['mean'][0]:.6g}): "
+        "scaler.scale(loss) is only for backward. Average the unscaled loss (loss.detach()) over ranks.")),
     Mistake("returned the summed loss", lambda seen: _loss_is(seen, lambda r, s: WORLD * seen.replay("mean")
                                                               ["mean"][s]), lambda seen: (
         f"The weights are right, but the returned loss ({_returned_text(seen)} at step 0) is the sum over "

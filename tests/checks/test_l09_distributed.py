@@ -212,8 +212,42 @@ def collective_on_rank0_only(model, optimizer, scaler, loss_fn, inputs, targets,
     return _step(model, optimizer, scaler, loss_fn, inputs, targets, dtype, max_norm, combine=combine)
 
 
+def only_rank0_steps(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    world = dist.get_world_size()
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    average(model)
+    if dist.get_rank() == 0:  # "rank 0 owns the optimizer"
+        scaler.step(optimizer)
+        scaler.update()
+    value = loss.detach().clone()
+    dist.all_reduce(value)
+    return value / world
+
+
+def returns_scaled_loss(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    average(model)
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    value = scaled.detach().clone()
+    dist.all_reduce(value)
+    return value / dist.get_world_size()
+
+
 # (function, rule name, words the message must contain)
 WRONG = [
+    (only_rank0_steps, "weights never updated", "rank 1 never changed its weights"),
+    (returns_scaled_loss, "returned the scaled loss", "is the *scaled* loss"),
     (no_combine, "gradients never combined", "drift apart from the first step"),
     (unscale_before_all_reduce, "skip decision made on one rank's gradients",
      "Different skip decisions at step 2"),
@@ -356,3 +390,134 @@ def test_the_check_is_quick():
     started = time.perf_counter()
     assert check_synced_train_step(fn).passed
     assert time.perf_counter() - started < 3.0
+
+
+# ------------------------------------------------ a class's answers: right in other styles, natural mistakes
+
+
+def full_names_and_item(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    import torch.distributed
+
+    optimizer.zero_grad()
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    world = torch.distributed.get_world_size()
+    with torch.no_grad():
+        for _name, p in model.named_parameters():
+            torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
+            p.grad.div_(world)
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    total = torch.tensor([loss.item()])
+    torch.distributed.all_reduce(total)
+    print(f"[rank {torch.distributed.get_rank()}] loss {total.item() / world:.4f}")
+    return total.item() / world
+
+
+def flatten_dense_tensors(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    optimizer.zero_grad()
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    grads = [p.grad for p in model.parameters()]
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads)):
+        grad.copy_(synced)
+    scaler.unscale_(optimizer)
+    if max_norm:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    out = loss.detach().float()
+    dist.all_reduce(out)
+    return out / dist.get_world_size()
+
+
+def divide_first_then_gather_objects(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    world = dist.get_world_size()
+    optimizer.zero_grad(set_to_none=False)
+    with torch.autocast(device_type="cpu", dtype=dtype):
+        outputs = model(inputs)
+    loss = loss_fn(outputs.float(), targets)  # the loss in FP32, outside autocast
+    scaler.scale(loss).backward()
+    for p in model.parameters():
+        p.grad.data.div_(world)  # divide first, then sum
+        dist.all_reduce(p.grad.data, op=dist.ReduceOp.SUM)
+    dist.barrier()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    losses = [None] * world
+    dist.all_gather_object(losses, loss.item())
+    return sum(losses) / len(losses)
+
+
+@pytest.mark.parametrize("fn", [full_names_and_item, flatten_dense_tensors, divide_first_then_gather_objects],
+                         ids=lambda f: f.__name__)
+def test_class_answers_written_differently_pass(fn):
+    result = check_synced_train_step(fn)
+    assert result.status == PASSED, result.message
+
+
+def _class_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype, max_norm, combine):
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cpu", dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    combine(model)
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    value = loss.detach().clone()
+    dist.all_reduce(value)
+    return value / dist.get_world_size()
+
+
+def division_discarded(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    def combine(m):
+        for p in m.parameters():
+            dist.all_reduce(p.grad)
+            p.grad / dist.get_world_size()  # the result is thrown away
+
+    return _class_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype, max_norm, combine)
+
+
+def reduces_a_copy(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    def combine(m):
+        for p in m.parameters():
+            grad = p.grad.clone()
+            dist.all_reduce(grad)  # p.grad itself never changes
+            grad /= dist.get_world_size()
+
+    return _class_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype, max_norm, combine)
+
+
+def averages_weights_after_the_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    value = _class_step(model, optimizer, scaler, loss_fn, inputs, targets, dtype, max_norm, lambda m: None)
+    with torch.no_grad():
+        for p in model.parameters():
+            dist.all_reduce(p.data)
+            p.data /= dist.get_world_size()
+    return value
+
+
+@pytest.mark.parametrize("fn, words", [
+    (division_discarded, "2x too large"),
+    (reduces_a_copy, "drift apart from the first step"),
+    (averages_weights_after_the_step, "Different skip decisions at step 2"),
+], ids=["division_discarded", "reduces_a_copy", "averages_weights_after_the_step"])
+def test_class_mistakes_are_named(fn, words):
+    result = check_synced_train_step(fn)
+    assert not result.passed and words in result.message, result.message
