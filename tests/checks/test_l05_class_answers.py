@@ -380,3 +380,70 @@ def test_checks_answer_in_under_two_seconds(check, name):
     began = time.perf_counter()
     assert check(fn).passed
     assert time.perf_counter() - began < 2.0
+
+
+# ---------------------------------------------------------- more of a class's answers, checked by hand first
+
+
+def finder_exit_stack_inference_mode(model, inputs, dtype):
+    """ExitStack for the handles and the contexts; inference_mode; eval for the search, the mode put back."""
+    was_training = model.training
+    hits = []
+    with contextlib.ExitStack() as stack:
+        for name, module in model.named_modules():
+            hook = module.register_forward_hook(
+                lambda m, a, out, name=name: hits.append(name) if not torch.isfinite(out).all() else None)
+            stack.callback(hook.remove)
+        stack.callback(model.train, was_training)
+        model.eval()
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(torch.autocast(device_type=inputs.device.type, dtype=dtype))
+        model(inputs)
+    return hits[0] if hits else None
+
+
+def finder_keeps_the_last_hit(model, inputs, dtype):
+    """Every non-finite output overwrites the answer: the last module reached, not the first."""
+    last = [None]
+
+    def on_output(name):
+        def hook(module, args, output):
+            if not torch.isfinite(output).all():
+                last[0] = name
+
+        return hook
+
+    handles = _watch(model, on_output)
+    try:
+        with torch.no_grad(), torch.autocast(inputs.device.type, dtype=dtype):
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return last[0]
+
+
+def test_class_finder_with_exit_stack_and_inference_mode_passes():
+    result = check_first_nonfinite_module(finder_exit_stack_inference_mode)
+    assert result.passed, result.message
+
+
+def test_class_finder_that_keeps_the_last_hit_is_named():
+    result = check_first_nonfinite_module(finder_keeps_the_last_hit)
+    assert not result.passed and result.status == "failed"
+    assert "you kept the last name your hooks saw (keep the first)" in result.message, result.message
+
+
+def texture_rescaled_before_the_product(model, x):
+    """Divides h by the time steps before the float32 product (so the Gram matrix is divided twice over)."""
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        h32 = h.float() / h.shape[1]
+        gram = h32.transpose(1, 2) @ h32
+    return model.head(gram.flatten(1))
+
+
+def test_class_texture_rescaled_before_the_product_is_named():
+    result = check_texture_forward(texture_rescaled_before_the_product)
+    assert not result.passed and result.status == "failed"
+    assert "does not reproduce TextureNet.forward: keep the math as it is" in result.message, result.message
