@@ -230,3 +230,21 @@ def test_natural_wrong_timing_functions_are_named(name):
     result = check_time_step(time_step)
     assert not result.passed and result.status == "failed"
     assert expected in result.message, result.message
+
+
+def average_for_every_call(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    """Times the whole loop once and reports its average for every call: the spread is gone."""
+    for _ in range(warmup):
+        step_fn()
+    sync()
+    start = clock()
+    for _ in range(repeats):
+        step_fn()
+    sync()
+    return [(clock() - start) / repeats] * repeats
+
+
+def test_the_average_repeated_for_every_call_is_rejected():
+    result = check_time_step(average_for_every_call)
+    assert not result.passed and result.status == "failed"
+    assert "Every entry is the same average (total / repeats)" in result.message, result.message
