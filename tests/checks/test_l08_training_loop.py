@@ -692,3 +692,68 @@ def test_accumulate_new_rules_recognise_their_case(step, name):
         seen, rule = _first_rule(step)
     assert rule.name == name, rule.text(seen)
     assert rule.text(seen).startswith(seen.where)
+
+
+# ------------------------------------------------------------- a class's answers, checked by hand first
+
+
+def running_total_of_loss_over_k(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    k = len(micro_batches)
+    optimizer.zero_grad(set_to_none=True)
+    total = torch.zeros(())
+    for inputs, targets in micro_batches:
+        with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+            loss = loss_fn(model(inputs), targets) / k
+        scaler.scale(loss).backward()
+        total += loss.detach().float()  # a running total of loss / k is the batch mean
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return total
+
+
+def items_in_a_list_averaged(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    optimizer.zero_grad()
+    values = []
+    for inputs, targets in micro_batches:
+        with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+            loss = loss_fn(model(inputs), targets)
+        scaler.scale(loss / len(micro_batches)).backward()
+        values.append(loss.item())
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return sum(values) / len(values)
+
+
+def update_inside_the_loop(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    optimizer.zero_grad()
+    values = []
+    for inputs, targets in micro_batches:
+        with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+            loss = loss_fn(model(inputs), targets)
+        scaler.scale(loss / len(micro_batches)).backward()
+        scaler.update()  # "keep the scale current for every micro-batch"
+        values.append(loss.item())
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    return sum(values) / len(values)
+
+
+@pytest.mark.parametrize("step", [running_total_of_loss_over_k, items_in_a_list_averaged],
+                         ids=lambda f: f.__name__)
+def test_accumulate_class_answers_pass(step):
+    result = check_accumulate_step(step)
+    assert result.passed, result.message
+
+
+def test_accumulate_update_inside_the_loop_is_named():
+    result = check_accumulate_step(update_inside_the_loop)
+    assert not result.passed and result.status == "failed"
+    assert "scaler.update() ran inside the micro-batch loop" in result.message, result.message
