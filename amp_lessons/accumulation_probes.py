@@ -116,14 +116,16 @@ class WatchedModel(nn.Module):
 
 
 class WatchedLoss:
-    """Cross-entropy that records whether autocast was on, and the loss value."""
+    """Cross-entropy that records whether autocast was on, the outputs' dtype (see
+    ``step_probes.WatchedLoss``) and the loss value."""
 
     def __init__(self, log: Log):
         self.log = log
 
     def __call__(self, outputs, targets):
         loss = F.cross_entropy(outputs, targets)
-        self.log.add("loss", autocast=autocast_enabled(DEVICE_TYPE), value=float(loss.detach().float()))
+        self.log.add("loss", autocast=autocast_enabled(DEVICE_TYPE),
+                     input_dtype=getattr(outputs, "dtype", None), value=float(loss.detach().float()))
         return loss
 
 

@@ -132,13 +132,19 @@ class WatchedModel(nn.Module):
 
 
 class WatchedLoss:
-    """Cross-entropy that records whether autocast was on when the loss was computed."""
+    """Cross-entropy that records whether autocast was on, and the dtype of the outputs it was given.
+
+    A loss computed after autocast on outputs cast to FP32 (``loss_fn(model(x).float(), y)``) is as precise as
+    autocast's float32 policy would make it, so only a loss on low-precision outputs outside autocast is a
+    mistake: the checkers need both facts.
+    """
 
     def __init__(self, log: Log):
         self.log = log
 
     def __call__(self, outputs, targets):
-        self.log.add("loss", autocast=autocast_enabled(DEVICE_TYPE))
+        self.log.add("loss", autocast=autocast_enabled(DEVICE_TYPE),
+                     input_dtype=getattr(outputs, "dtype", None))
         return F.cross_entropy(outputs, targets)
 
 

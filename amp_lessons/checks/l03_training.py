@@ -48,22 +48,6 @@ from amp_lessons.utils import scale_text
 # ------------------------------------------------------------------------------------- one recorded call
 
 
-class _NotingInputDtype:
-    """``run.loss_fn`` that also writes the dtype of the outputs it was given on its "loss" event: a loss
-    computed after autocast on outputs cast to FP32 (``model(x).float()``) is as precise as autocast's float32
-    policy makes it, so only a loss on low-precision outputs outside autocast is a mistake."""
-
-    def __init__(self, loss_fn):
-        self.loss_fn = loss_fn
-
-    def __call__(self, outputs, targets):
-        loss = self.loss_fn(outputs, targets)
-        events = [event for event in self.loss_fn.log.events if event["name"] == "loss"]
-        if events:
-            events[-1]["dtype"] = getattr(outputs, "dtype", None)
-        return loss
-
-
 def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
     """Call ``fn`` on the run's next batch and record everything the probes saw."""
     inputs, targets = run.batches[index]
@@ -71,8 +55,7 @@ def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
     with recorded_call(run) as record:
         try:
             if learner:
-                record.returned = call_learner(fn, run.model, run.optimizer, run.scaler,
-                                               _NotingInputDtype(run.loss_fn),
+                record.returned = call_learner(fn, run.model, run.optimizer, run.scaler, run.loss_fn,
                                                inputs.clone(), targets.clone(), what="`train_step`", **kwargs)
             else:
                 record.returned = fn(run.model, run.optimizer, run.scaler, run.loss_fn, inputs, targets,
@@ -168,7 +151,7 @@ CALL_RULES = (
         "loss_fn was never called. Compute `loss = loss_fn(outputs, targets)` inside autocast.")),
     Mistake("loss outside autocast", lambda s: (
         s.autocast_expected and not s.event("loss")["autocast"]
-        and s.event("loss").get("dtype") != torch.float32),
+        and s.event("loss")["input_dtype"] != torch.float32),
             lambda s: (
         f"{s.where}: the loss was computed outside autocast. Put `loss = loss_fn(outputs, targets)` inside "
         "the same `with torch.autocast(...)` block as the forward pass: the policy decides the loss's "

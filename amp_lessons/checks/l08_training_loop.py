@@ -146,7 +146,7 @@ SETUP_RULES = (
     Mistake("loss never computed", lambda s: not events(s.log, "loss"), lambda s: _or_error(
         s, "loss_fn was never called. Compute each micro-batch's loss inside autocast.")),
     Mistake("loss outside autocast", lambda s: s.autocast_expected
-            and any(not e["autocast"] for e in events(s.log, "loss")),
+            and any(not e["autocast"] and e["input_dtype"] != torch.float32 for e in events(s.log, "loss")),
             lambda s: (
         f"{s.where}: a loss was computed outside autocast. Put `loss = loss_fn(model(inputs), targets)` "
         "inside the `with torch.autocast(...)` block: the policy decides the loss's precision too.")),

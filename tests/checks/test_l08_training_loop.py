@@ -97,8 +97,26 @@ def zero_grad_on_first_micro_batch(model, optimizer, scaler, loss_fn, micro_batc
     return sum(losses) / len(losses)
 
 
+def loss_on_fp32_outputs_after_autocast(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    """Forward under autocast, loss afterwards on outputs cast to FP32: as precise as the FP32 policy."""
+    optimizer.zero_grad()
+    losses = []
+    for x, y in micro_batches:
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            out = model(x)
+        loss = loss_fn(out.float(), y) / len(micro_batches)
+        scaler.scale(loss).backward()
+        losses.append(loss.detach())
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return torch.stack(losses).sum()
+
+
 CORRECT = [reference_accumulate_step, summed_then_one_backward, other_spellings, divide_after_scaling,
-           zero_grad_on_first_micro_batch]
+           zero_grad_on_first_micro_batch, loss_on_fp32_outputs_after_autocast]
 
 
 # ------------------------------------------------------------------------------------ wrong placements
