@@ -359,6 +359,7 @@ class CallRecord:
     warnings: list = field(default_factory=list)
     new_scalers: int = 0
     autocast_left_on: bool = False
+    left_in_eval: bool = False  # a training step that calls model.eval() and leaves it there
     norm_after: float = 0.0
     scale_before: float = 0.0
     scale_after: float = float("nan")
@@ -372,8 +373,9 @@ def recorded_call(run):
     fill in (``returned``, or ``problem`` when the learner's code failed).
 
     While the call runs, every GradScaler it creates is counted and torch's warnings are kept; afterwards an
-    autocast the call left switched on is recorded and switched off, and the state the call left behind (the
-    parameters, their dtypes and gradient norm, the loss scale) is recorded.
+    autocast the call left switched on is recorded and switched off, a model left in eval mode is recorded and
+    put back in train mode, and the state the call left behind (the parameters, their dtypes and gradient
+    norm, the loss scale) is recorded.
     """
     record = CallRecord(run.new_log(), scale_before=run.scaler.get_scale())
     original_init = torch.amp.GradScaler.__init__
@@ -393,6 +395,8 @@ def recorded_call(run):
             if record.autocast_left_on:
                 switch_autocast_off()
     record.warnings = [str(w.message) for w in caught]
+    record.left_in_eval = not run.model.training
+    run.model.train()
     params = list(run.model.parameters())
     record.norm_after = grad_norm(params)
     record.params_after = [p.detach().clone() for p in params]

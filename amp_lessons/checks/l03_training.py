@@ -62,8 +62,6 @@ def _call(run: ProbedRun, fn, index: int, learner: bool) -> CallRecord:
                                      **kwargs)
         except LearnerProblem as problem:
             record.problem = problem
-    record.left_in_eval = not run.model.training  # a training step that calls model.eval()
-    run.model.train()
     return record
 
 

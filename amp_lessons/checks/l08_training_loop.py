@@ -112,6 +112,9 @@ SETUP_RULES = (
         f"{s.where}: autocast was still switched on after accumulate_step returned. Use it as a context "
         "manager, `with torch.autocast(device_type=..., dtype=dtype):`, around each micro-batch's forward "
         "pass and loss.")),
+    Mistake("model left in eval mode", lambda s: s.got.left_in_eval and not s.ref.left_in_eval, lambda s: (
+        f"{s.where}: the model was in eval mode after accumulate_step returned. A training step trains: "
+        "leave the model in train mode (model.train()), or dropout and batch norm behave as at inference.")),
     Mistake("new GradScaler", lambda s: s.got.new_scalers, lambda s: (
         f"{s.where}: your accumulate_step created a new GradScaler"
         + (" (and torch.cuda.amp.GradScaler is deprecated: use torch.amp.GradScaler)"

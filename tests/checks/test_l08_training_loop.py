@@ -657,7 +657,15 @@ def cpu_autocast_on_cuda_data(model, optimizer, scaler, loss_fn, micro_batches, 
     return torch.stack(losses).mean()
 
 
+def leaves_model_in_eval(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    """Correct placements, but `model.eval()` at the start: dropout and batch norm would stop training."""
+    model.eval()
+    return reference_accumulate_step(model, optimizer, scaler, loss_fn, micro_batches, dtype=dtype,
+                                     max_norm=max_norm)
+
+
 MORE_WRONG = {
+    leaves_model_in_eval: "the model was in eval mode after accumulate_step returned",
     device_from_the_machine: ("autocast was on for CUDA" if torch.cuda.is_available()
                               else "but your step switched on autocast for the CPU"),
     scales_by_hand: "you scaled the loss by hand",
@@ -704,7 +712,8 @@ def _first_rule(step):
 
 @pytest.mark.parametrize("step, name", [(hardcoded_cpu, "CPU autocast on CUDA data"),
                                         (scales_by_hand, "loss scaled by hand"),
-                                        (steps_per_micro_batch_without_scaler, "step inside the loop")])
+                                        (steps_per_micro_batch_without_scaler, "step inside the loop"),
+                                        (leaves_model_in_eval, "model left in eval mode")])
 def test_accumulate_new_rules_recognise_their_case(step, name):
     with torch.random.fork_rng(devices=[]), one_cpu_thread():
         seen, rule = _first_rule(step)
