@@ -7,19 +7,25 @@ Start every notebook with::
     env                # shows the environment card
     device = env.device
 
-The layout (see docs/architecture.md): core modules here (environment, models, data, quiz, record, utils,
-autocast_state), one lesson helper per topic here (formats, scaling, ..., benchmark), the exercise checkers in
-``checks/`` and the command-line tools in ``tools/``. Imports point one way: tools -> checks -> lesson helpers
--> core. ``setup`` is loaded on first use, so ``python -m amp_lessons progress`` does not import torch.
+The layout (see docs/architecture.md): one package per lesson, named after its notebook
+(``l04_baseline_and_decision_boundary/``: the lesson's helpers, its checker and its quiz); ``core/`` for what
+several lessons share; ``checks/`` for the learner's ``from amp_lessons.checks import check_...`` and the
+harness checkers are built on; ``tools/`` for the command line. Imports point one way: tools -> checks ->
+lessons -> harness -> core. ``setup`` is loaded on first use, so ``python -m amp_lessons progress`` does not
+import torch.
 """
 
+from amp_lessons import legacy_paths
+
 __all__ = ["Environment", "SetupError", "setup"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+legacy_paths.install()
 
 
 def __getattr__(name):
     if name in __all__:
-        from amp_lessons import environment
+        from amp_lessons.core import environment
 
         return getattr(environment, name)
     raise AttributeError(f"module 'amp_lessons' has no attribute {name!r}")

@@ -7,7 +7,7 @@ cell gives the learner-facing function exactly as the notebook has it.
 
 from pathlib import Path
 
-from amp_lessons.tools.builder import cell_source, read_notebook
+from amp_lessons.tools.exercises.builder import cell_source, read_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,37 +1,46 @@
 """What a notebook imports to check an exercise: ``from amp_lessons.checks import check_...``.
 
-This module offers the learner-facing ``check_*`` functions and the result type, nothing else. Each lesson's
-checkers live in ``lNN_<topic>.py`` beside this file and the ``@checker`` decorator puts each check in
-``registry``. Asking this module for a ``check_*`` name imports every lesson module once and hands out the
-registered function, so adding an exercise needs no edit here; ``amp_lessons.checks.registry`` can still be
-imported on its own without loading torch (which is why even ``CheckResult`` is handed out on request).
-Writing a checker is for course authors: see ``harness`` and ``mistakes``.
+This module offers the learner-facing ``check_*`` functions and the result type, nothing else. Each check
+lives in its lesson's package (``amp_lessons/lNN_<notebook stem>/check.py``); :data:`CHECKS` below says which,
+and a check's module is imported the first time the check is asked for, so importing this module loads no
+lesson (and no torch). Adding an exercise: write its ``@checker`` in the lesson's ``check.py`` and add one line
+to :data:`CHECKS` (a test keeps the table equal to the ``@checker`` lines). Writing a checker is for course
+authors: see ``harness`` and ``mistakes``.
 """
 
 from importlib import import_module
 
-from amp_lessons.checks import registry
+# {check function: the lesson module that defines it}, in lesson order.
+CHECKS = {
+    "check_autocast_matmul": "amp_lessons.l00_start_here.check",
+    "check_stored_value": "amp_lessons.l01_precision_formats.check",
+    "check_classify": "amp_lessons.l01_precision_formats.check",
+    "check_lost_fractions": "amp_lessons.l02_fp16_underflow_and_loss_scaling.check",
+    "check_largest_safe_scale": "amp_lessons.l02_fp16_underflow_and_loss_scaling.check",
+    "check_train_step": "amp_lessons.l03_autocast_and_gradscaler.check",
+    "check_scheduler_step": "amp_lessons.l03_autocast_and_gradscaler.check",
+    "check_decide": "amp_lessons.l04_baseline_and_decision_boundary.check",
+    "check_criteria": "amp_lessons.l04_baseline_and_decision_boundary.check",
+    "check_judge_trial": "amp_lessons.l04_baseline_and_decision_boundary.check",
+    "check_first_nonfinite_module": "amp_lessons.l05_nan_debugging.check",
+    "check_texture_forward": "amp_lessons.l05_nan_debugging.check",
+    "check_save_checkpoint": "amp_lessons.l06_checkpoint_and_rollback.check",
+    "check_resume": "amp_lessons.l06_checkpoint_and_rollback.check",
+    "check_time_step": "amp_lessons.l07_measuring_gains.check",
+    "check_accumulate_step": "amp_lessons.l08_amp_in_your_training_loop.check",
+    "check_synced_train_step": "amp_lessons.l09_amp_across_processes.check",
+}
 
-
-def _all_checks() -> dict:
-    """``{function name: check}`` for every lesson module (imported on the first call)."""
-    for module_name in registry.lesson_module_names():
-        import_module(f"{__name__}.{module_name}")
-    return {check.__name__: check for check in registry.checkers().values()
-            if check.__module__.startswith(f"{__name__}.l")}
+__all__ = ["CheckResult", *CHECKS]
 
 
 def __getattr__(name):
     if name == "CheckResult":
         return import_module(f"{__name__}.harness").CheckResult
-    if name == "__all__":
-        return ["CheckResult", *sorted(_all_checks())]
-    checks = _all_checks() if name.startswith("check_") else {}
-    if name in checks:
-        return checks[name]
-    offered = ", ".join(sorted(_all_checks()))
-    raise AttributeError(f"amp_lessons.checks has no {name!r}; the checks are {offered}.")
+    if name in CHECKS:
+        return getattr(import_module(CHECKS[name]), name)
+    raise AttributeError(f"amp_lessons.checks has no {name!r}; the checks are {', '.join(CHECKS)}.")
 
 
 def __dir__():
-    return ["CheckResult", *sorted(_all_checks())]
+    return list(__all__)

@@ -3,7 +3,7 @@
 A checker exists to tell a learner *which* mistake they made, so the harness guarantees three things:
 - a checker never raises for a learner mistake (a missing body, an exception inside learner code, a
   wrong signature, junk return values): it returns a failed ``CheckResult`` that says what happened;
-- every result is recorded in the learner's local progress file (see ``amp_lessons.record``);
+- every result is recorded in the learner's local progress file (see ``amp_lessons.core.record``);
 - ``AMP_LESSONS_STRICT`` turns results into assertions so that a notebook run in CI fails loudly:
   ``1`` raises on any result that did not pass (used on lessons and solutions), ``not-done`` raises
   on any result that is not "not done yet" (used on the generated exercises, which must still be
@@ -36,9 +36,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from amp_lessons import record
-from amp_lessons.autocast_state import autocast_enabled, switch_autocast_off
 from amp_lessons.checks import registry
+from amp_lessons.core import record
+from amp_lessons.core.autocast_state import (
+    autocast_dtype,
+    autocast_enabled,
+    set_autocast_dtype,
+    switch_autocast_off,
+)
 
 PASSED = "passed"
 FAILED = "failed"
@@ -72,8 +77,12 @@ class CheckResult:
 
     @property
     def title(self) -> str:
-        label = {PASSED: "Passed", FAILED: "Not yet right", NOT_DONE: "Not done yet",
-                 CHECKER_BUG: "Checker error"}
+        label = {
+            PASSED: "Passed",
+            FAILED: "Not yet right",
+            NOT_DONE: "Not done yet",
+            CHECKER_BUG: "Checker error",
+        }
         head = label.get(self.status, self.status)
         return f"{head} — {self.exercise}" if self.exercise else head
 
@@ -162,12 +171,15 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
     """Call learner code; on any learner-side problem stop the check with a message saying what happened."""
     name = what or f"`{getattr(fn, '__name__', 'your function')}`"
     if fn is None:
-        raise LearnerProblem(failed("Expected a function but got None. Pass the function itself, "
-                                    "e.g. check(my_function)."))
+        raise LearnerProblem(
+            failed("Expected a function but got None. Pass the function itself, e.g. check(my_function).")
+        )
     if not callable(fn):
         raise LearnerProblem(
-            failed(f"Expected a function but got a {type(fn).__name__}. "
-                   "Pass the function itself, without calling it.")
+            failed(
+                f"Expected a function but got a {type(fn).__name__}. "
+                "Pass the function itself, without calling it."
+            )
         )
     try:
         signature = inspect.signature(fn)
@@ -178,9 +190,11 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise LearnerProblem(
-                failed(f"{name} has the signature {name.strip('`')}{signature}, which cannot be called "
-                       f"the way the exercise describes ({exc}). Keep the parameter names and order given "
-                       "in the exercise.")
+                failed(
+                    f"{name} has the signature {name.strip('`')}{signature}, which cannot be called "
+                    f"the way the exercise describes ({exc}). Keep the parameter names and order given "
+                    "in the exercise."
+                )
             ) from None
     try:
         return fn(*args, **kwargs)
@@ -246,8 +260,9 @@ def _apply_strict(result: CheckResult) -> None:
             raise AssertionError(f"This check did not pass, so it scores 0 points:\n{result}")
         raise AssertionError(f"AMP_LESSONS_STRICT=1 and a check did not pass:\n{result}")
     if mode == "not-done" and result.status != NOT_DONE:
-        raise AssertionError("AMP_LESSONS_STRICT=not-done expects an untouched exercise, but the check "
-                             f"said:\n{result}")
+        raise AssertionError(
+            f"AMP_LESSONS_STRICT=not-done expects an untouched exercise, but the check said:\n{result}"
+        )
 
 
 def check_budget() -> float:
@@ -260,9 +275,12 @@ def check_budget() -> float:
 @contextlib.contextmanager
 def time_budget(seconds: float):
     """Raise ``CheckTimeout`` in this thread after ``seconds`` (Unix main thread only; elsewhere no limit)."""
-    usable = (seconds > 0 and hasattr(signal, "setitimer")
-              and threading.current_thread() is threading.main_thread()
-              and signal.getitimer(signal.ITIMER_REAL)[0] == 0)
+    usable = (
+        seconds > 0
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    )
     if not usable:
         yield
         return
@@ -288,11 +306,17 @@ def kernel_left_as_found():
     """
     grad_enabled, default_dtype, folder = torch.is_grad_enabled(), torch.get_default_dtype(), os.getcwd()
     autocast_before = {device: autocast_enabled(device) for device in ("cpu", "cuda")}
+    # An autocast entered and never left also leaves its dtype behind: a later bare torch.autocast("cpu")
+    # would then run in that dtype instead of the device's default.
+    dtypes_before = {device: autocast_dtype(device) for device in ("cpu", "cuda")}
     try:
         yield
     finally:
         if any(autocast_enabled(device) and not was_on for device, was_on in autocast_before.items()):
             switch_autocast_off()
+        for device, dtype in dtypes_before.items():
+            if autocast_dtype(device) != dtype:
+                set_autocast_dtype(device, dtype)
         torch.set_grad_enabled(grad_enabled)
         torch.set_default_dtype(default_dtype)
         if os.getcwd() != folder:
@@ -309,9 +333,11 @@ def _wrong_call(check, args, kwargs) -> CheckResult | None:
         inspect.signature(check).bind(*args, **kwargs)
     except TypeError as exc:
         parameters = ", ".join(inspect.signature(check).parameters)
-        return failed(f"{check.__name__} takes ({parameters}) and was called with {len(args) + len(kwargs)} "
-                      f"argument(s) ({exc}). Pass your function(s) by name, e.g. "
-                      f"{check.__name__}({parameters}).")
+        return failed(
+            f"{check.__name__} takes ({parameters}) and was called with {len(args) + len(kwargs)} "
+            f"argument(s) ({exc}). Pass your function(s) by name, e.g. "
+            f"{check.__name__}({parameters})."
+        )
     return None
 
 
@@ -326,11 +352,13 @@ def _run_check(check, args, kwargs) -> CheckResult:
     except LearnerProblem as problem:
         return problem.result
     except CheckTimeout:
-        return failed(f"The check stopped after {budget:g} s: your function is far too slow (a reasonable "
-                      "answer "
-                      "is checked in under 2 s). Look for a Python loop over every element of a tensor and "
-                      "use "
-                      "one tensor operation instead.")
+        return failed(
+            f"The check stopped after {budget:g} s: your function is far too slow (a reasonable "
+            "answer "
+            "is checked in under 2 s). Look for a Python loop over every element of a tensor and "
+            "use "
+            "one tensor operation instead."
+        )
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:
@@ -356,8 +384,11 @@ def checker(exercise: str):
         def run(*args, **kwargs):
             result = _run_check(check, args, kwargs)
             if not isinstance(result, CheckResult):
-                result = CheckResult(False, f"The checker returned {result!r} instead of a CheckResult "
-                                     "(a course bug).", CHECKER_BUG)
+                result = CheckResult(
+                    False,
+                    f"The checker returned {result!r} instead of a CheckResult (a course bug).",
+                    CHECKER_BUG,
+                )
             result.exercise = exercise
             _record(result)
             _apply_strict(result)

@@ -26,8 +26,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_build_exercises(args) -> int:
-    from amp_lessons.tools import builder
-    from amp_lessons.utils import repo_root
+    from amp_lessons.core.files import repo_root
+    from amp_lessons.tools.exercises import builder
 
     try:
         if args.check:
@@ -46,14 +46,15 @@ def cmd_build_exercises(args) -> int:
         return 2
     for path in written:
         print(f"wrote {path.relative_to(repo_root())}")
-    print(f"{len(written)} exercise notebook(s) updated." if written
-          else "exercises/ was already up to date.")
+    print(
+        f"{len(written)} exercise notebook(s) updated." if written else "exercises/ was already up to date."
+    )
     return 0
 
 
 def cmd_mark_solutions(args) -> int:
-    from amp_lessons.tools import builder
-    from amp_lessons.utils import repo_root
+    from amp_lessons.core.files import repo_root
+    from amp_lessons.tools.exercises import builder
 
     try:
         written = builder.mark_solutions()
@@ -62,13 +63,16 @@ def cmd_mark_solutions(args) -> int:
         return 2
     for path, cells in written:
         print(f"marked {path.relative_to(repo_root())}: cells {', '.join(map(str, cells))}")
-    print("Every solution and check cell already had its nbgrader metadata." if not written else
-          "Now run `python -m amp_lessons build-exercises`.")
+    print(
+        "Every solution and check cell already had its nbgrader metadata."
+        if not written
+        else "Now run `python -m amp_lessons build-exercises`."
+    )
     return 0
 
 
 def cmd_clean(args) -> int:
-    from amp_lessons.tools import builder
+    from amp_lessons.tools.exercises import builder
 
     status = 0
     for name in args.paths:
@@ -86,7 +90,7 @@ def cmd_clean(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from amp_lessons.tools import grade, table
+    from amp_lessons.tools.grade import grade, table
 
     if args.timeout <= 0 or args.jobs < 1:
         print("--timeout must be a positive number of seconds and --jobs at least 1.", file=sys.stderr)
@@ -100,8 +104,11 @@ def cmd_grade(args) -> int:
     except table.OutputError as exc:
         print(f"{exc}. Nothing was graded.", file=sys.stderr)
         return 2
-    print(f"Grading {len(notebooks)} notebook(s), at most {args.timeout:g} s each, {args.jobs} at a time; "
-          f"{csv_path} is rewritten as each one finishes...", flush=True)
+    print(
+        f"Grading {len(notebooks)} notebook(s), at most {args.timeout:g} s each, {args.jobs} at a time; "
+        f"{csv_path} is rewritten as each one finishes...",
+        flush=True,
+    )
 
     def report(path, rows):
         exercises = [r for r in rows if r["exercise"] != grade.WHOLE_NOTEBOOK]
@@ -111,11 +118,21 @@ def cmd_grade(args) -> int:
         print(f"  {name}: {passed} of {len(exercises)} passed ({statuses})", flush=True)
 
     try:
-        rows = grade.grade(notebooks, timeout=args.timeout, kernel_name=args.kernel, jobs=args.jobs,
-                           on_notebook=report, csv_path=csv_path, sources=args.source)
+        rows = grade.grade(
+            notebooks,
+            timeout=args.timeout,
+            kernel_name=args.kernel,
+            jobs=args.jobs,
+            on_notebook=report,
+            csv_path=csv_path,
+            sources=args.source,
+        )
     except KeyboardInterrupt:
-        print(f"\nInterrupted. {csv_path} keeps every notebook graded so far; the others say "
-              f"'{grade.NOT_GRADED}'.", file=sys.stderr)
+        print(
+            f"\nInterrupted. {csv_path} keeps every notebook graded so far; the others say "
+            f"'{grade.NOT_GRADED}'.",
+            file=sys.stderr,
+        )
         return 130
     print()
     print(grade.summary(rows))
@@ -124,7 +141,7 @@ def cmd_grade(args) -> int:
 
 
 def cmd_progress(args) -> int:
-    from amp_lessons import record
+    from amp_lessons.core import record
     from amp_lessons.tools import progress
 
     path = Path(args.file).expanduser() if args.file else record.progress_path()
@@ -150,8 +167,12 @@ def _grade_parser(commands) -> None:
     command.add_argument("--csv", default="grades.csv", help="where to write the table (default grades.csv)")
     command.add_argument("--jobs", type=int, default=1, help="notebooks run at the same time (default 1)")
     command.add_argument("--kernel", default="python3", help="kernel to run them with (default python3)")
-    command.add_argument("--source", default=None, metavar="FOLDER",
-                         help="the course's source notebooks NN_topic.ipynb (default: solutions/)")
+    command.add_argument(
+        "--source",
+        default=None,
+        metavar="FOLDER",
+        help="the course's source notebooks NN_topic.ipynb (default: solutions/)",
+    )
     command.set_defaults(run=cmd_grade)
 
 
@@ -170,8 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     clean.set_defaults(run=cmd_clean)
     _grade_parser(commands)
     progress = commands.add_parser("progress", help="list each exercise: passed / attempted / not started")
-    progress.add_argument("--file", help="a progress record to read (default: this learner's, see "
-                          "amp_lessons.record)")
+    progress.add_argument(
+        "--file", help="a progress record to read (default: this learner's, see amp_lessons.core.record)"
+    )
     progress.set_defaults(run=cmd_progress)
     gpu = commands.add_parser("gpu-report", help="on a CUDA GPU: run the course and keep its GPU figures")
     gpu.set_defaults(run=cmd_gpu_report)

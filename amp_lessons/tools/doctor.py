@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from amp_lessons.utils import repo_root
+from amp_lessons.core.files import repo_root
 
 REPO = repo_root()
 PYTHON = shlex.quote(sys.executable)
@@ -82,8 +82,12 @@ def version_tuple(version: str) -> tuple[int, int]:
 
 def probe_pip() -> DoctorCheck:
     found = importlib.util.find_spec("pip") is not None
-    return DoctorCheck("pip", found, "installed" if found else f"not installed for {sys.executable}",
-                       f"{PYTHON} -m ensurepip --upgrade")
+    return DoctorCheck(
+        "pip",
+        found,
+        "installed" if found else f"not installed for {sys.executable}",
+        f"{PYTHON} -m ensurepip --upgrade",
+    )
 
 
 def probe_package(module: str, distribution: str, requirement: str) -> DoctorCheck:
@@ -96,21 +100,27 @@ def probe_package(module: str, distribution: str, requirement: str) -> DoctorChe
 
 def probe_torch(version: str) -> DoctorCheck:
     ok = version_tuple(version) >= MIN_TORCH
-    return DoctorCheck("torch 2.4 or newer", ok, version,
-                       f"{pip_install('torch>=2.4')} --upgrade (then restart the kernel)")
+    return DoctorCheck(
+        "torch 2.4 or newer", ok, version, f"{pip_install('torch>=2.4')} --upgrade (then restart the kernel)"
+    )
 
 
 def probe_widgets(ipywidgets: str | None, lab_widgets: str | None, jupyterlab: str | None) -> DoctorCheck:
     """ipywidgets 8 pairs with jupyterlab_widgets 3 (and JupyterLab 3+), ipywidgets 7 with
     jupyterlab_widgets 1."""
-    found = (f"ipywidgets {ipywidgets or 'missing'}, jupyterlab_widgets {lab_widgets or 'missing'}, "
-             f"jupyterlab {jupyterlab or 'missing'}")
+    found = (
+        f"ipywidgets {ipywidgets or 'missing'}, jupyterlab_widgets {lab_widgets or 'missing'}, "
+        f"jupyterlab {jupyterlab or 'missing'}"
+    )
     fix = f"{pip_install(*WIDGETS)}  (ipywidgets 8, jupyterlab_widgets 3 and JupyterLab 4 go together)"
     if not ipywidgets or not lab_widgets or not jupyterlab:
         return DoctorCheck("widgets work in JupyterLab", False, found, fix)
     pairs = {8: 3, 7: 1}
-    ok = (pairs.get(major(ipywidgets)) == major(lab_widgets) and (major(jupyterlab) or 0) >= 4
-          and major(ipywidgets) == 8)
+    ok = (
+        pairs.get(major(ipywidgets)) == major(lab_widgets)
+        and (major(jupyterlab) or 0) >= 4
+        and major(ipywidgets) == 8
+    )
     return DoctorCheck("widgets work in JupyterLab", ok, found, fix)
 
 
@@ -135,10 +145,14 @@ def kernel_python() -> tuple[str | None, str]:
 
 def probe_kernel_spec() -> DoctorCheck:
     python, why = kernel_python()
-    fix = (f"{PYTHON} -m ipykernel install --sys-prefix" if importlib.util.find_spec("ipykernel")
-           else pip_install("ipykernel>=6.25"))
-    return DoctorCheck("the python3 kernel is installed", python is not None,
-                       f"runs {python}" if python else why, fix)
+    fix = (
+        f"{PYTHON} -m ipykernel install --sys-prefix"
+        if importlib.util.find_spec("ipykernel")
+        else pip_install("ipykernel>=6.25")
+    )
+    return DoctorCheck(
+        "the python3 kernel is installed", python is not None, f"runs {python}" if python else why, fix
+    )
 
 
 def probe_kernel_imports_package(notebooks: Path) -> DoctorCheck:
@@ -149,11 +163,19 @@ def probe_kernel_imports_package(notebooks: Path) -> DoctorCheck:
         return DoctorCheck("the notebooks' kernel can import amp_lessons", False, why, fix)
     where = notebooks if notebooks.is_dir() else Path.cwd()
     try:
-        run = subprocess.run([python, "-c", "import amp_lessons, sys; print(amp_lessons.__file__)"],
-                             cwd=where, capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [python, "-c", "import amp_lessons, sys; print(amp_lessons.__file__)"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         ok = run.returncode == 0
-        found = (f"kernel python {python} imports {run.stdout.strip()}" if ok
-                 else (run.stderr.strip().splitlines() or ["failed"])[-1])
+        found = (
+            f"kernel python {python} imports {run.stdout.strip()}"
+            if ok
+            else (run.stderr.strip().splitlines() or ["failed"])[-1]
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         ok, found = False, f"could not start {python}: {exc}"
     return DoctorCheck("the notebooks' kernel can import amp_lessons", ok, found, fix)
@@ -161,35 +183,52 @@ def probe_kernel_imports_package(notebooks: Path) -> DoctorCheck:
 
 def probe_device(out) -> tuple[list[DoctorCheck], object]:
     """Run ``setup()`` (prints the environment card) and probe GradScaler and autocast on this device."""
-    from amp_lessons.environment import SetupError, setup
+    from amp_lessons.core.environment import SetupError, setup
 
     try:
         env = setup()
     except SetupError as exc:
-        return [DoctorCheck("device", False, str(exc), "fix the device settings above, or unset "
-                            "AMP_LESSONS_DEVICE / AMP_LESSONS_REQUIRE_CUDA")], None
+        return [
+            DoctorCheck(
+                "device",
+                False,
+                str(exc),
+                "fix the device settings above, or unset AMP_LESSONS_DEVICE / AMP_LESSONS_REQUIRE_CUDA",
+            )
+        ], None
     out(str(env))
     out("")
     works, note = env.grad_scaler
     checks = [
-        DoctorCheck("GradScaler runs here", works, note,
-                    f"{pip_install('torch>=2.4')} --upgrade (GradScaler('cpu') needs 2.3+, the course 2.4+)"),
-        DoctorCheck("at least one autocast dtype works", bool(env.autocast_dtypes),
-                    ", ".join(str(d) for d in env.autocast_dtypes) or "none",
-                    f"{pip_install('torch>=2.4')} --upgrade (CPU autocast runs bfloat16 and float16 there)"),
+        DoctorCheck(
+            "GradScaler runs here",
+            works,
+            note,
+            f"{pip_install('torch>=2.4')} --upgrade (GradScaler('cpu') needs 2.3+, the course 2.4+)",
+        ),
+        DoctorCheck(
+            "at least one autocast dtype works",
+            bool(env.autocast_dtypes),
+            ", ".join(str(d) for d in env.autocast_dtypes) or "none",
+            f"{pip_install('torch>=2.4')} --upgrade (CPU autocast runs bfloat16 and float16 there)",
+        ),
     ]
     return checks, env
 
 
 def probe_process_group() -> DoctorCheck:
     """Lesson 09 starts two local processes that talk over gloo: can they form a process group here?"""
-    from amp_lessons.distributed import can_start_process_group
+    from amp_lessons.l09_amp_across_processes.distributed import can_start_process_group
 
     ok, found = can_start_process_group(timeout_s=60)
-    return DoctorCheck("two local processes can start a process group (lesson 09)", ok, found,
-                       "set GLOO_SOCKET_IFNAME=lo (lo0 on macOS) and allow local connections in the "
-                       "firewall; "
-                       "the other lessons do not need this")
+    return DoctorCheck(
+        "two local processes can start a process group (lesson 09)",
+        ok,
+        found,
+        "set GLOO_SOCKET_IFNAME=lo (lo0 on macOS) and allow local connections in the "
+        "firewall; "
+        "the other lessons do not need this",
+    )
 
 
 def _safely(name: str, probe, *args):
@@ -197,9 +236,12 @@ def _safely(name: str, probe, *args):
         return probe(*args)
     except Exception as exc:  # a probe must never end the doctor with a traceback
         text = " ".join(str(exc).split())[:200]
-        return DoctorCheck(name, False, f"could not be checked ({type(exc).__name__}: {text})",
-                           f"{pip_install('-r', 'requirements.txt')} from the course folder, then run "
-                           "doctor again")
+        return DoctorCheck(
+            name,
+            False,
+            f"could not be checked ({type(exc).__name__}: {text})",
+            f"{pip_install('-r', 'requirements.txt')} from the course folder, then run doctor again",
+        )
 
 
 def run_doctor(out=print) -> int:
@@ -213,14 +255,27 @@ def run_doctor(out=print) -> int:
         device = _safely("device", probe_device, out)
         device_checks, env = device if isinstance(device, tuple) else ([device], None)
         checks += device_checks
-        checks.append(_safely("two local processes can start a process group (lesson 09)",
-                              probe_process_group))
-    checks.append(_safely("widgets work in JupyterLab", probe_widgets, installed_version("ipywidgets"),
-                          installed_version("jupyterlab_widgets"), installed_version("jupyterlab")))
+        checks.append(
+            _safely("two local processes can start a process group (lesson 09)", probe_process_group)
+        )
+    checks.append(
+        _safely(
+            "widgets work in JupyterLab",
+            probe_widgets,
+            installed_version("ipywidgets"),
+            installed_version("jupyterlab_widgets"),
+            installed_version("jupyterlab"),
+        )
+    )
     checks.append(_safely("the python3 kernel is installed", probe_kernel_spec))
     if checks[-1].ok:
-        checks.append(_safely("the notebooks' kernel can import amp_lessons", probe_kernel_imports_package,
-                              REPO / "notebooks"))
+        checks.append(
+            _safely(
+                "the notebooks' kernel can import amp_lessons",
+                probe_kernel_imports_package,
+                REPO / "notebooks",
+            )
+        )
     out("Workshop readiness")
     for check in checks:
         out(check.line())
@@ -228,8 +283,11 @@ def run_doctor(out=print) -> int:
     if env is not None and not getattr(env, "is_gpu", True):
         out("note: no GPU here. Every lesson runs; lesson 07's speed and memory results will be CPU numbers.")
     if len(failures) > 1:
-        out(f"Or all at once, from the course folder ({REPO}): {pip_install('-r', 'requirements.txt')} "
-            f"&& {PYTHON} -m pip install -e .")
-    out("READY" if not failures
-        else f"NOT READY: {len(failures)} check(s) failed; take the next steps above.")
+        out(
+            f"Or all at once, from the course folder ({REPO}): {pip_install('-r', 'requirements.txt')} "
+            f"&& {PYTHON} -m pip install -e ."
+        )
+    out(
+        "READY" if not failures else f"NOT READY: {len(failures)} check(s) failed; take the next steps above."
+    )
     return 0 if not failures else 1

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from amp_lessons.utils import repo_root
+from amp_lessons.core.files import repo_root
 
 FIGURE_TAG = "gpu-figure"
 REPORT = Path("docs") / "gpu_report.json"
@@ -39,11 +39,17 @@ def gpu_description() -> dict:
     import torch
 
     if not torch.cuda.is_available():
-        raise NoGPU("torch sees no CUDA device here (torch.cuda.is_available() is False), so there are no "
-                    "GPU figures to measure. Run `make gpu-report` on a machine with an NVIDIA or AMD (ROCm) "
-                    "GPU; on this machine `make test` covers everything the CPU can show.")
-    return {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "cuda": torch.version.cuda or "", "hip": getattr(torch.version, "hip", None) or ""}
+        raise NoGPU(
+            "torch sees no CUDA device here (torch.cuda.is_available() is False), so there are no "
+            "GPU figures to measure. Run `make gpu-report` on a machine with an NVIDIA or AMD (ROCm) "
+            "GPU; on this machine `make test` covers everything the CPU can show."
+        )
+    return {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "",
+        "hip": getattr(torch.version, "hip", None) or "",
+    }
 
 
 def figure_outputs(notebook) -> list:
@@ -72,12 +78,20 @@ def run_lesson(path: Path, timeout: float = 600) -> dict:
     started = time.perf_counter()
     error = ""
     try:
-        NotebookClient(notebook, timeout=int(timeout), kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            notebook,
+            timeout=int(timeout),
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
     except Exception as exc:  # the report records the failure; the remaining lessons still run
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
-    return {"notebook": path.name, "seconds": round(time.perf_counter() - started, 1), "error": error,
-            "figures": figure_outputs(notebook)}
+    return {
+        "notebook": path.name,
+        "seconds": round(time.perf_counter() - started, 1),
+        "error": error,
+        "figures": figure_outputs(notebook),
+    }
 
 
 def guide_column(report: dict) -> str:
@@ -110,9 +124,11 @@ def main(argv=None) -> int:
         return 2
     env = dict(os.environ, AMP_LESSONS_REQUIRE_CUDA="1")
     nbval = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env"]
-    runs = [([sys.executable, "-m", "pytest", "-q", "tests"], {}),
-            ([*nbval, "solutions"], {"AMP_LESSONS_STRICT": "1"}),
-            ([*nbval, "exercises"], {"AMP_LESSONS_STRICT": "not-done"})]
+    runs = [
+        ([sys.executable, "-m", "pytest", "-q", "tests"], {}),
+        ([*nbval, "solutions"], {"AMP_LESSONS_STRICT": "1"}),
+        ([*nbval, "exercises"], {"AMP_LESSONS_STRICT": "not-done"}),
+    ]
     codes = [subprocess.run(command, cwd=root, env={**env, **extra}).returncode for command, extra in runs]
     report["suite_passed"] = not any(codes)
     os.environ["AMP_LESSONS_REQUIRE_CUDA"] = "1"

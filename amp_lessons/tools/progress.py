@@ -1,7 +1,7 @@
 """``python -m amp_lessons progress``: what one learner has done, per exercise, read from their record.
 
 The exercise list comes from the checker registry's declared labels, read without importing torch or any
-checker (see ``amp_lessons.checks.registry``); the record itself is ``amp_lessons.record``.
+checker (see ``amp_lessons.checks.registry``); the record itself is ``amp_lessons.core.record``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from amp_lessons.checks import registry
-from amp_lessons.record import load, repair_entry
+from amp_lessons.core.record import load, repair_entry
 
 PASSED_STATE = "passed"
 ATTEMPTED_STATE = "attempted"
@@ -40,18 +40,29 @@ def summarize(data: dict | None = None, known=None) -> list:
     for label in labels:
         entry, _ = repair_entry(recorded.get(label)) if label in recorded else (None, "")
         if not entry:
-            rows.append({"exercise": label, "state": NOT_STARTED_STATE, "attempts": 0, "last_status": "",
-                         "last_message": "", "last_attempt": "", "first_passed": ""})
+            rows.append(
+                {
+                    "exercise": label,
+                    "state": NOT_STARTED_STATE,
+                    "attempts": 0,
+                    "last_status": "",
+                    "last_message": "",
+                    "last_attempt": "",
+                    "first_passed": "",
+                }
+            )
             continue
-        rows.append({
-            "exercise": label,
-            "state": PASSED_STATE if entry.get("passed") else ATTEMPTED_STATE,
-            "attempts": entry["attempts"],
-            "last_status": str(entry.get("last_status", "")),
-            "last_message": str(entry.get("last_message", "")),
-            "last_attempt": str(entry.get("last_attempt", "") or ""),
-            "first_passed": str(entry.get("first_passed", "") or ""),
-        })
+        rows.append(
+            {
+                "exercise": label,
+                "state": PASSED_STATE if entry.get("passed") else ATTEMPTED_STATE,
+                "attempts": entry["attempts"],
+                "last_status": str(entry.get("last_status", "")),
+                "last_message": str(entry.get("last_message", "")),
+                "last_attempt": str(entry.get("last_attempt", "") or ""),
+                "first_passed": str(entry.get("first_passed", "") or ""),
+            }
+        )
     return rows
 
 
@@ -79,6 +90,7 @@ def format_summary(rows: list, width: int = 110) -> str:
     attempted = sum(r["state"] == ATTEMPTED_STATE for r in rows)
     lines.append("")
     not_started = len(rows) - passed - attempted
-    lines.append(f"{passed} of {len(rows)} exercises passed, {attempted} attempted, "
-                 f"{not_started} not started.")
+    lines.append(
+        f"{passed} of {len(rows)} exercises passed, {attempted} attempted, {not_started} not started."
+    )
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from amp_lessons.tools import builder, course
+from amp_lessons.tools.exercises import builder, course
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = {"check_add": "99.1 add"}
@@ -30,8 +30,13 @@ SOLUTION_CELL = textwrap.dedent(
 def make_notebook(*sources):
     return {
         "cells": [
-            {"cell_type": "code", "source": s, "execution_count": 3, "metadata": {"scrolled": True},
-             "outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}]}
+            {
+                "cell_type": "code",
+                "source": s,
+                "execution_count": 3,
+                "metadata": {"scrolled": True},
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}],
+            }
             for s in sources
         ],
         "metadata": {"kernelspec": {"name": "other"}},
@@ -149,11 +154,17 @@ def test_exercises_are_what_nbgrader_generates(tmp_path):
     shutil.copytree(ROOT / "solutions", source)
     (tmp_path / "nbgrader_config.py").write_text(
         f"load_subconfig({str(ROOT / 'nbgrader_config.py')!r})  # noqa: F821\n"
-        f"get_config().CourseDirectory.root = {str(tmp_path / 'course')!r}  # noqa: F821\n")
+        f"get_config().CourseDirectory.root = {str(tmp_path / 'course')!r}  # noqa: F821\n"
+    )
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # for alembic
-    run = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "mixed_precision"],
-                         cwd=tmp_path, env=dict(os.environ, PATH=path), capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", "mixed_precision"],
+        cwd=tmp_path,
+        env=dict(os.environ, PATH=path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     released = sorted((tmp_path / "course" / "release" / "mixed_precision").glob("*.ipynb"))
     assert [p.name for p in released] == sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))

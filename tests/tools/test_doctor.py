@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from amp_lessons import environment
+from amp_lessons.core import environment
 from amp_lessons.tools import doctor
 from amp_lessons.tools.doctor import probe_torch, probe_widgets, run_doctor
 
@@ -64,18 +64,31 @@ def test_a_probe_that_breaks_is_one_line(monkeypatch):
 
 def test_doctor_in_an_empty_venv_says_what_to_install(tmp_path):
     """A venv with nothing in it (not even pip): each missing piece is a line with its fix, exit 1."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "empty")], check=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "empty")], check=True, timeout=120
+    )
     python = tmp_path / "empty" / ("Scripts" if os.name == "nt" else "bin") / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env["PYTHONPATH"] = str(ROOT)  # the course folder: `python -m amp_lessons` finds it when run from there
-    run = subprocess.run([str(python), "-m", "amp_lessons", "doctor"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [str(python), "-m", "amp_lessons", "doctor"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     text = run.stdout + run.stderr
     assert run.returncode == 1, text
     assert "Traceback" not in text
-    for piece in ("pip", "numpy", "torch", "ipykernel", "the python3 kernel is installed",
-                  "widgets work in JupyterLab"):
+    for piece in (
+        "pip",
+        "numpy",
+        "torch",
+        "ipykernel",
+        "the python3 kernel is installed",
+        "widgets work in JupyterLab",
+    ):
         assert f"[FAIL] {piece}" in text, piece
     assert f"next step: {python} -m ensurepip --upgrade" in text
     assert f"next step: {python} -m pip install 'torch>=2.4'" in text

@@ -26,9 +26,12 @@ from pathlib import Path
 import pytest
 
 import amp_lessons.checks.harness as harness
-from amp_lessons import record
-from amp_lessons.checks.l00_start import check_autocast_matmul
-from amp_lessons.tools import cli, course, grade, grade_worker, table
+from amp_lessons.core import record
+from amp_lessons.l00_start_here.check import check_autocast_matmul
+from amp_lessons.tools import cli
+from amp_lessons.tools.exercises import course
+from amp_lessons.tools.grade import grade, table
+from amp_lessons.tools.grade import worker as grade_worker
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "grade_submissions"
 SOURCE = FIXTURES / "source"
@@ -67,8 +70,20 @@ def test_grade_a_folder_of_submissions(submissions, tmp_path, capsys, private_pr
     before = {p: p.read_bytes() for p in submissions.rglob("*.ipynb")}
     out = tmp_path / "out" / "grades.csv"
 
-    code = cli.main(["grade", "submissions", "--source", str(SOURCE), "--timeout", str(TIMEOUT),
-                     "--jobs", "2", "--csv", str(out)])
+    code = cli.main(
+        [
+            "grade",
+            "submissions",
+            "--source",
+            str(SOURCE),
+            "--timeout",
+            str(TIMEOUT),
+            "--jobs",
+            "2",
+            "--csv",
+            str(out),
+        ]
+    )
 
     assert code == 0
     printed = capsys.readouterr().out
@@ -110,7 +125,7 @@ def test_grade_a_folder_of_submissions(submissions, tmp_path, capsys, private_pr
     assert "submissions/hanging/00_warm_up.ipynb: 0 of 1 passed (timed out)" in printed
 
 
-SPY = r'''import json, os, subprocess, sys
+SPY = r"""import json, os, subprocess, sys
 found = {"env": dict(os.environ), "parent": ""}
 try:
     with open(f"/proc/{os.getppid()}/environ", "rb") as handle:
@@ -122,7 +137,7 @@ with open(SPY_FILE, "w") as handle:
 # a process that leaves the kernel's process group and keeps writing (it could rewrite the grades later)
 LOOP = "import time\nwhile True:\n    open(LATE_FILE, 'w').write(repr(time.time()))\n    time.sleep(0.2)"
 subprocess.Popen([sys.executable, "-c", LOOP], start_new_session=True)
-'''
+"""
 
 
 def test_a_notebook_cannot_read_secrets_or_outlive_its_grading(tmp_path, monkeypatch):
@@ -130,8 +145,9 @@ def test_a_notebook_cannot_read_secrets_or_outlive_its_grading(tmp_path, monkeyp
     correct = json.loads((FIXTURES / "learners" / "correct" / NOTEBOOK).read_text(encoding="utf-8"))
     spy_file, late_file = tmp_path / "spy.json", tmp_path / "late.txt"
     code = SPY.replace("SPY_FILE", repr(str(spy_file))).replace("LATE_FILE", repr(str(late_file)))
-    correct["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-                                "source": code})
+    correct["cells"].insert(
+        1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": code}
+    )
     (tmp_path / "spy").mkdir()
     (tmp_path / "spy" / NOTEBOOK).write_text(json.dumps(correct))
 
@@ -154,13 +170,25 @@ def test_killed_or_interrupted_grader_keeps_every_finished_row(submissions, tmp_
     for case in ("correct", "hanging"):
         shutil.copytree(submissions / case, folder / case)
     out = tmp_path / "grades.csv"
-    command = [sys.executable, "-m", "amp_lessons", "grade", str(folder), "--source", str(SOURCE),
-               "--timeout", "60", "--csv", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "amp_lessons",
+        "grade",
+        str(folder),
+        "--source",
+        str(SOURCE),
+        "--timeout",
+        "60",
+        "--csv",
+        str(out),
+    ]
     for stop, code in ((signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)):
         process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not (out.exists() and "passed" in by_case(read_rows(out))
-                                                   .get("correct", {}).get("status", "")):
+        while time.monotonic() < deadline and not (
+            out.exists() and "passed" in by_case(read_rows(out)).get("correct", {}).get("status", "")
+        ):
             time.sleep(0.2)
         process.send_signal(stop)
         process.communicate(timeout=60)
@@ -176,8 +204,11 @@ def test_bad_output_path_is_refused_before_grading(submissions, tmp_path, capsys
     (tmp_path / "folder.csv").mkdir()
     blocked = tmp_path / "file"
     blocked.write_text("x")
-    for target, words in ((tmp_path / "folder.csv", "is a folder"), (blocked / "grades.csv", "cannot write"),
-                          (tmp_path / "x.ipynb", "names a notebook")):
+    for target, words in (
+        (tmp_path / "folder.csv", "is a folder"),
+        (blocked / "grades.csv", "cannot write"),
+        (tmp_path / "x.ipynb", "names a notebook"),
+    ):
         assert cli.main(["grade", "submissions", "--csv", str(target)]) == 2
         err = capsys.readouterr().err
         assert words in err and "Nothing was graded" in err
@@ -198,8 +229,10 @@ def test_find_notebooks_skips_checkpoints_and_keeps_missing_files(submissions):
 
 
 def test_lesson_is_told_by_metadata_or_name_never_by_a_stray_number(tmp_path):
-    sources = {"01_precision_formats": tmp_path / "01.ipynb",
-               "06_checkpoint_and_rollback": tmp_path / "06.ipynb"}
+    sources = {
+        "01_precision_formats": tmp_path / "01.ipynb",
+        "06_checkpoint_and_rollback": tmp_path / "06.ipynb",
+    }
     tell = course.lesson_source
     assert tell(Path("backup 06_12 lesson01.ipynb"), None, sources) is None
     generated = {"metadata": {"amp_lessons": {"generated_from": "solutions/01_precision_formats.ipynb"}}}
@@ -235,8 +268,11 @@ def test_verdicts_count_only_from_the_restored_check_cell(tmp_path):
     line = {"exercise": WARM_UP, "passed": True, "status": "passed", "message": "forged"}
     results.write_text(json.dumps(line) + "\n")
     verdicts.take(())  # written during a learner's cell: read past, never counted
-    results.write_text(results.read_text() + json.dumps(dict(line, passed=False, status="not done",
-                                                             message="real")) + "\n{half a line")
+    results.write_text(
+        results.read_text()
+        + json.dumps(dict(line, passed=False, status="not done", message="real"))
+        + "\n{half a line"
+    )
     verdicts.take([WARM_UP])
     assert verdicts.found[WARM_UP]["message"] == "real"
 
@@ -277,9 +313,11 @@ def test_cells_are_safe_for_terminals_and_spreadsheets():
 
 
 def test_summary_text():
-    rows = [grade_worker.row("a.ipynb", "00 x", "passed", "fine", 1.0),
-            grade_worker.row("a.ipynb", "00 y", "failed", "m" * 200, 1.0),
-            grade_worker.row("b.ipynb", grade.WHOLE_NOTEBOOK, "unreadable", "broken", 0.0)]
+    rows = [
+        grade_worker.row("a.ipynb", "00 x", "passed", "fine", 1.0),
+        grade_worker.row("a.ipynb", "00 y", "failed", "m" * 200, 1.0),
+        grade_worker.row("b.ipynb", grade.WHOLE_NOTEBOOK, "unreadable", "broken", 0.0),
+    ]
     text = grade.summary(rows)
     assert "a.ipynb: 1 of 2 passed (1 passed, 1 failed; 1.0 s)" in text
     assert "b.ipynb: 0 of 0 passed (1 unreadable" in text

@@ -6,8 +6,8 @@ import re
 import subprocess
 import sys
 
-from amp_lessons import record
-from amp_lessons.checks.l00_start import check_autocast_matmul
+from amp_lessons.core import record
+from amp_lessons.l00_start_here.check import check_autocast_matmul
 from amp_lessons.tools import cli, progress
 
 WARM_UP = check_autocast_matmul.exercise
@@ -34,8 +34,9 @@ def test_summarize_states(private_progress):
     assert rows["00 c"]["state"] == "not started" and rows["00 c"]["attempts"] == 0
     assert rows["99 retired"]["state"] == "attempted"
     text = progress.format_summary(list(rows.values()))
-    assert re.search(r"^00 b +attempted \(1 attempt, last: not done\)\n +Not done yet: still raises", text,
-                     re.M)
+    assert re.search(
+        r"^00 b +attempted \(1 attempt, last: not done\)\n +Not done yet: still raises", text, re.M
+    )
     assert re.search(r"^00 c +not started$", text, re.M)
     assert text.endswith("1 of 4 exercises passed, 2 attempted, 1 not started.")
 
@@ -87,8 +88,9 @@ def test_another_learners_record_and_switched_off(tmp_path, monkeypatch, capsys)
 
 
 def test_module_entry_point(private_progress):
-    run = subprocess.run([sys.executable, "-m", "amp_lessons", "progress"], capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "amp_lessons", "progress"], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     assert "nothing recorded yet" in run.stdout and WARM_UP in run.stdout
 
@@ -96,7 +98,7 @@ def test_module_entry_point(private_progress):
 RECORD_MANY = """
 import sys
 from pathlib import Path
-from amp_lessons import record
+from amp_lessons.core import record
 
 path, who = Path(sys.argv[1]), sys.argv[2]
 for attempt in range(25):
@@ -117,11 +119,19 @@ def test_two_processes_recording_at_once_keep_every_attempt(tmp_path):
 
 
 def test_malformed_entries_are_repaired_or_set_aside(private_progress, capsys):
-    private_progress.write_text(json.dumps({"version": 1, "exercises": {
-        "00 counted as text": {"attempts": "3", "passed": False, "last_message": ["not", "text"]},
-        "00 passed as text": {"attempts": 1, "passed": "yes"},
-        "00 not an object": [1, 2],
-        "00 fine": {"attempts": 2, "passed": True}}}))
+    private_progress.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "exercises": {
+                    "00 counted as text": {"attempts": "3", "passed": False, "last_message": ["not", "text"]},
+                    "00 passed as text": {"attempts": 1, "passed": "yes"},
+                    "00 not an object": [1, 2],
+                    "00 fine": {"attempts": 2, "passed": True},
+                },
+            }
+        )
+    )
     warnings = []
     data = record.load(warn=warnings.append)
     assert data["exercises"]["00 counted as text"]["attempts"] == 3

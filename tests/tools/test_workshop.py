@@ -29,10 +29,12 @@ import pandas as pd
 import pytest
 
 from amp_lessons.checks import registry
-from amp_lessons.tools import cli, course
+from amp_lessons.tools import cli
+from amp_lessons.tools.exercises import course
 
-nbgrader_api = pytest.importorskip("nbgrader.api", reason="nbgrader is for instructors: "
-                                   "pip install -r requirements-dev.txt")
+nbgrader_api = pytest.importorskip(
+    "nbgrader.api", reason="nbgrader is for instructors: pip install -r requirements-dev.txt"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON = "01_precision_formats"
@@ -51,11 +53,18 @@ record.write_text(json.dumps({"version": 1, "exercises": {
 
 def nbgrader(*args, cwd: Path, home: Path, user: str, timeout: float = 300) -> str:
     """Run an nbgrader command as one person (their HOME and USER), with this venv's programs on PATH."""
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("JUPYTER", "AMP_LESSONS"))}
+    env = {
+        name: value for name, value in os.environ.items() if not name.startswith(("JUPYTER", "AMP_LESSONS"))
+    }
     env.update(HOME=str(home), USER=user, LOGNAME=user, AMP_LESSONS_PROGRESS_FILE="off", PATH=venv_path())
-    run = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True,
-                         text=True, timeout=timeout)
+    run = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
     return run.stdout + run.stderr
 
@@ -97,7 +106,8 @@ class Learner:
             coursedir = CourseDirectory(config=config)
             coursedir.assignment_id = ASSIGNMENT
             app = getattr(ExchangeFactory(config=config), step)(
-                coursedir=coursedir, authenticator=Authenticator(config=config), config=config)
+                coursedir=coursedir, authenticator=Authenticator(config=config), config=config
+            )
             succeeded(capture_log(app))
 
 
@@ -107,8 +117,9 @@ def write_notebook(path: Path, notebook: dict) -> None:
 
 def answer(notebook: dict, solution: dict) -> dict:
     """alice: the solution cells' code typed in (taken from the solution notebook, cell by grade id)."""
-    answers = {course.grade_id(cell): cell["source"]
-               for cell in solution["cells"] if course.is_solution(cell)}
+    answers = {
+        course.grade_id(cell): cell["source"] for cell in solution["cells"] if course.is_solution(cell)
+    }
     for cell in notebook["cells"]:
         if course.is_solution(cell):
             source = course.cell_source({"source": answers[course.grade_id(cell)]})
@@ -123,10 +134,17 @@ def forge(notebook: dict, labels: dict) -> dict:
     cells = notebook["cells"]
     cells[first]["source"] = FORGED.format(label=labels[course.grade_id(cells[first])])
     label = labels[course.grade_id(cells[second])]
-    cells[second] = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                     "source": FORGED.format(label=label)}
-    cells.insert(first, {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                         "source": FORGE_RECORD})
+    cells[second] = {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {},
+        "outputs": [],
+        "source": FORGED.format(label=label),
+    }
+    cells.insert(
+        first,
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": FORGE_RECORD},
+    )
     return notebook
 
 
@@ -143,7 +161,8 @@ def workshop(tmp_path):
         f"c.CourseDirectory.root = {str(instructor / 'course')!r}\n"
         f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
         f"c.Exchange.root = {str(tmp_path / 'exchange')!r}\n"
-        "c.ExchangeCollect.check_owner = False  # three learners share this machine's one account\n")
+        "c.ExchangeCollect.check_owner = False  # three learners share this machine's one account\n"
+    )
     return tmp_path
 
 
@@ -173,10 +192,16 @@ def test_three_learners_through_nbgrader(workshop, capsys, monkeypatch):
 
     solution = json.loads((ROOT / "solutions" / f"{LESSON}.ipynb").read_text(encoding="utf-8"))
     known = registry.declared_checks()
-    labels = {course.grade_id(cell): known[course.called_checks(course.cell_source(cell), known)[0]]
-              for cell in solution["cells"] if course.is_graded(cell)}
-    work = {"alice": lambda nb: answer(nb, solution), "bob": lambda nb: nb,
-            "mallory": lambda nb: forge(nb, labels)}
+    labels = {
+        course.grade_id(cell): known[course.called_checks(course.cell_source(cell), known)[0]]
+        for cell in solution["cells"]
+        if course.is_graded(cell)
+    }
+    work = {
+        "alice": lambda nb: answer(nb, solution),
+        "bob": lambda nb: nb,
+        "mallory": lambda nb: forge(nb, labels),
+    }
     learners = {name: Learner(name, workshop, monkeypatch) for name in work}
     for name, learner in learners.items():
         learner.run("FetchAssignment")

@@ -1,0 +1,9 @@
+"""Lesson 00 — how the course works, the environment card and the warm-up check.
+
+The lesson's files (notebook ``notebooks/00_start_here.ipynb``, tests ``tests/l00_start_here/``):
+
+- ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
+- ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
+"""
+
+__all__: list = []

@@ -1,0 +1,834 @@
+"""Lesson 05's checkers: name the first non-finite module, and keep exactly one op in FP32.
+
+Both run on the CPU with small, deterministic models whose float16 overflow is certain (values between
+65504 and float32's range, see ``amp_lessons.l05_nan_debugging.cases``), so a check answers in well under a second.
+
+Each names the mistake with tables of small named rules (``amp_lessons.checks.mistakes``), first match wins:
+- 05.1 checks every call (``CALL_MISTAKES``: hooks left, model or its train/eval mode changed, autocast left
+  on, not a name), then reads all wrong answers together (``FINDER_MISTAKES``): a known wrong approach (no
+  autocast, the last name, NaN only, ...) is recognised when, replayed on the same cases, it gives every one
+  of them. A right finder is then run on a model whose forward raises (its hooks must go all the same) and
+  on a pretend GPU (its autocast must follow the tensors' device);
+- 05.2 watches the learner's forward without autocast (``PLAIN_MISTAKES``: it must be TextureNet.forward)
+  and under float16 autocast (``AUTOCAST_MISTAKES``: which op ran in which dtype, finite, close to FP32),
+  runs one real training step through it, then once more on a pretend GPU (``GPU_MISTAKES``): an autocast
+  switched off for a hard-coded "cpu" leaves CUDA's autocast on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.checks.mistakes import Mistake, first_mistake
+from amp_lessons.core.autocast_state import OpDtypeRecorder, autocast_enabled
+from amp_lessons.l05_nan_debugging import cases as cases
+from amp_lessons.l05_nan_debugging.debugging import find_first_nonfinite, global_hook_count, hook_count
+
+DTYPE = torch.float16  # the autocast dtype every 05.1 case is run in
+
+# --------------------------------------------------------------------------------------------------
+# 05.1 first_nonfinite_module(model, inputs, dtype) -> qualified name | None
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FinderCall:
+    """What one call of the learner's finder did besides answering (facts for ``CALL_MISTAKES``)."""
+
+    label: str
+    got: object
+    hooks_left: int
+    changed_model: bool
+    autocast_on: bool
+    mode_change: str = ""  # "eval" (a module left training mode), "train" (left eval mode) or ""
+    global_hooks_left: int = 0
+    raised: bool = False  # the case whose forward raises
+
+
+# Checked after every call, in this order: a finder must only watch, and answer with a name or None.
+CALL_MISTAKES = (
+    Mistake(
+        "hooks left when the forward raised",
+        lambda call: call.raised and (call.hooks_left or call.global_hooks_left),
+        lambda call: (
+            f"On {call.label} your function left {call.hooks_left + call.global_hooks_left} hook(s) behind: the "
+            "error jumped over your handle.remove() lines. Remove the hooks in a `finally:` block (`try:` run "
+            "the model, `finally:` remove every handle), so they go even when the forward raises."
+        ),
+    ),
+    Mistake(
+        "left hooks on the model",
+        lambda call: call.hooks_left != 0,
+        lambda call: (
+            f"On {call.label} your function left {call.hooks_left} hook(s) on the model. Keep the handles that "
+            "register_forward_hook returns and call handle.remove() on each in a `finally:` block, so they are "
+            "removed even when the forward raises."
+        ),
+    ),
+    Mistake(
+        "left a global hook",
+        lambda call: call.global_hooks_left != 0,
+        lambda call: (
+            f"On {call.label} your function left {call.global_hooks_left} global module hook(s) installed "
+            "(register_module_forward_hook): they now fire for every module of every model. Keep the handle it "
+            "returns and call handle.remove() in a `finally:` block."
+        ),
+    ),
+    Mistake(
+        "changed the model",
+        lambda call: call.changed_model,
+        lambda call: (
+            f"On {call.label} your function changed the model (its weights or their dtype, e.g. with "
+            "model.half()). A finder must only watch: autocast picks each op's dtype without touching the "
+            "model."
+        ),
+    ),
+    Mistake(
+        "left the model in eval mode",
+        lambda call: call.mode_change == "eval",
+        lambda call: (
+            f"On {call.label} your function switched the model to eval mode and left it there: the caller's "
+            "next training step would run without dropout and with frozen batch-norm statistics. A finder needs "
+            "no eval mode (hooks and autocast work in either); if you use it, remember `was_training = "
+            "model.training` and call `model.train(was_training)` in your `finally:` block."
+        ),
+    ),
+    Mistake(
+        "left the model in training mode",
+        lambda call: call.mode_change == "train",
+        lambda call: (
+            f"On {call.label} the model came in eval mode and your function left it in training mode "
+            "(`model.train()` at the end switches dropout and batch-norm updates on for the caller). Restore the "
+            "mode it came in: `was_training = model.training` first, `model.train(was_training)` in the "
+            "`finally:` block."
+        ),
+    ),
+    Mistake(
+        "left autocast on",
+        lambda call: call.autocast_on,
+        "Autocast is still on after your function returned: use it as `with torch.autocast(...):`.",
+    ),
+    Mistake(
+        "returned a module",
+        lambda call: isinstance(call.got, nn.Module),
+        "You returned a module object; return its qualified name, the string `model.named_modules()` "
+        "gives with it (e.g. 'block.fc2').",
+    ),
+    Mistake(
+        "returned neither a name nor None",
+        lambda call: call.got is not None and not isinstance(call.got, str),
+        lambda call: (
+            f"Your function returned a {type(call.got).__name__}; return a module name (str) or None."
+        ),
+    ),
+)
+
+
+@dataclass
+class WrongAnswer:
+    """One case the learner's finder got wrong, with what it takes to replay a known wrong approach on it."""
+
+    label: str
+    got: object
+    expected: str | None
+    model: nn.Module
+    inputs: torch.Tensor
+    dtype: torch.dtype = torch.float16
+    autocasts: tuple = ()  # the enabled autocasts the call entered (``debugging_cases.Autocast``)
+
+
+def _lines(wrong: list, words: str = "the first non-finite module is") -> list:
+    return [f"{w.label}: you returned {w.got!r}, {words} {w.expected!r}" for w in wrong]
+
+
+@dataclass(frozen=True)
+class FinderMistake(Mistake):
+    """A known wrong answer to 05.1 (facts: the list of ``WrongAnswer``) and the evidence listed under it."""
+
+    details: Callable[[list], list] = lambda wrong: _lines(wrong[:1])
+
+
+def _everywhere(approach):
+    """recognise: on every case you got wrong, you answered what ``approach`` answers there."""
+    return lambda wrong: all(w.got == approach(w.model, w.inputs, w.dtype) for w in wrong)
+
+
+def _returned_the_model_itself(wrong: list) -> bool:
+    return all(w.got == "" for w in wrong if w.expected is not None) and any(w.expected for w in wrong)
+
+
+def _named_a_finite_case(wrong: list) -> str:
+    return (
+        f"On {wrong[0].label} every output is finite, so the answer is None; you returned "
+        f"{wrong[0].got!r}. Return a name only when `torch.isfinite(output).all()` is False."
+    )
+
+
+def _named_the_model_once(wrong: list) -> str:
+    return (
+        f"On {wrong[0].label} you returned '' — the model itself. Its forward hook fires last, after all "
+        f"submodules; the first non-finite output is {wrong[0].expected!r}."
+    )
+
+
+def _class_names(wrong: list) -> bool:
+    """recognise: every wrong answer is the class name of the module that was expected."""
+    named = [w for w in wrong if w.expected is not None]
+    return bool(named) and all(w.got == type(w.model.get_submodule(w.expected)).__name__ for w in named)
+
+
+def _autocast_elsewhere(wrong: list) -> bool:
+    """recognise: every wrong call entered autocast, but only for a device type other than the tensors'."""
+    return all(w.autocasts and all(a.device_type != w.inputs.device.type for a in w.autocasts) for w in wrong)
+
+
+def _autocast_elsewhere_message(wrong: list) -> str:
+    devices = ", ".join(repr(d) for d in sorted({a.device_type for a in wrong[0].autocasts}))
+    return (
+        f"Your function entered autocast for {devices}, but the tensors are on "
+        f"{wrong[0].inputs.device.type!r}: autocast only changes the ops of its own device type, so the "
+        "model ran in float32 and nothing overflowed. Take the device type from the tensors: "
+        "`torch.autocast(device_type=inputs.device.type, dtype=dtype)`."
+    )
+
+
+def _another_dtype(wrong: list) -> bool:
+    """recognise: every wrong call ran its autocast in a dtype other than the one it was given."""
+    return all(w.autocasts and all(a.dtype != w.dtype for a in w.autocasts) for w in wrong)
+
+
+def _another_dtype_message(wrong: list) -> str:
+    used = wrong[0].autocasts[0]
+    how = "without dtype=, so it used this device's default, " if not used.dtype_given else "in "
+    name = str(used.dtype).replace("torch.", "")
+    return (
+        f"Your function ran autocast {how}{name}, not in the dtype it was "
+        f"given ({str(wrong[0].dtype).replace('torch.', '')}): the format decides what overflows, and "
+        "bfloat16 has float32's range. Pass it on: `torch.autocast(device_type=inputs.device.type, "
+        "dtype=dtype)`."
+    )
+
+
+def _named_another_module(wrong: list) -> str:
+    return (
+        f"On {wrong[0].label} you returned {wrong[0].got!r}, but the first module (in the order modules "
+        f"finish) whose output is non-finite is {wrong[0].expected!r}."
+    )
+
+
+# What the wrong answers, all together, say about the approach: most specific first, the last one always fits.
+# A wrong approach is recognised when, on every case you got wrong, you answered what it answers.
+FINDER_MISTAKES = (
+    FinderMistake(
+        "returned the model itself",
+        _returned_the_model_itself,
+        (
+            "You returned '' — the model itself. Its forward hook fires LAST, after every submodule, and its "
+            "output is non-finite as soon as anything inside is. Either you kept the last name your hooks saw "
+            "(keep the first), or you scanned `model.named_modules()`, which lists the model itself first "
+            "(record names in the hooks, in the order they fire)."
+        ),
+        details=_lines,
+    ),
+    FinderMistake(
+        "class name",
+        _class_names,
+        (
+            "You returned the module's class name (e.g. 'Linear'); several modules share a class. Return its "
+            "qualified name, the one `model.named_modules()` gives with it (e.g. '2' or 'block.fc2')."
+        ),
+        details=_lines,
+    ),
+    FinderMistake("autocast for another device", _autocast_elsewhere, _autocast_elsewhere_message),
+    FinderMistake("autocast in another dtype", _another_dtype, _another_dtype_message),
+    FinderMistake(
+        "ran without autocast",
+        _everywhere(cases.without_autocast),
+        (
+            "Your function found nothing where float16 overflows: it ran the model without autocast (or in "
+            "another dtype), and in float32 these values are ordinary numbers. Run the forward inside `with "
+            "torch.autocast(device_type=inputs.device.type, dtype=dtype):`."
+        ),
+    ),
+    FinderMistake(
+        "kept the last",
+        _everywhere(cases.last_nonfinite),
+        (
+            "You returned the LAST module whose output is non-finite. Once one value is inf/NaN every later "
+            "layer (and the model itself, whose hook fires last) is non-finite too: keep the first name you see "
+            "and ignore the rest (e.g. `if not found: found.append(name)`)."
+        ),
+    ),
+    FinderMistake(
+        "NaN only",
+        _everywhere(cases.nan_only),
+        (
+            "You looked for NaN only. An overflow produces +-inf first; NaN appears a layer later (inf - inf, "
+            "0 * inf). Test with `torch.isfinite(output).all()`, which catches both."
+        ),
+    ),
+    FinderMistake(
+        "inf only",
+        _everywhere(cases.inf_only),
+        (
+            "You looked for inf only, so a NaN (here one that was already in the batch) went unnoticed. Test "
+            "with `torch.isfinite(output).all()`, which catches inf and NaN."
+        ),
+    ),
+    FinderMistake(
+        "top-level children only",
+        _everywhere(cases.top_level_only),
+        (
+            "You only watched the top-level children (model.children()), so you named the block that contains "
+            "the overflowing layer. Register the hook on every module from `model.named_modules()` to see inside "
+            "blocks."
+        ),
+    ),
+    FinderMistake(
+        "definition order",
+        _everywhere(cases.in_definition_order),
+        (
+            "You reported modules in the order they are DEFINED (named_modules()), not the order they RUN. "
+            "Record the names inside the forward hooks, as the hooks fire: that is the order the values are "
+            "produced."
+        ),
+    ),
+    FinderMistake(
+        "a name where everything is finite",
+        lambda wrong: wrong[0].expected is None,
+        _named_a_finite_case,
+        details=lambda wrong: [],
+    ),
+    FinderMistake(
+        "returned the model itself once",
+        lambda wrong: wrong[0].got == "",
+        _named_the_model_once,
+        details=lambda wrong: _lines(wrong, "expected"),
+    ),
+    FinderMistake(
+        "another module",
+        lambda wrong: True,
+        _named_another_module,
+        details=lambda wrong: _lines(wrong, "expected"),
+    ),
+)
+
+
+def _observe_call(finder, label, model, inputs, *, raised=False) -> tuple:
+    """Call the learner's finder once: its answer and the autocasts it entered; stop at a call mistake."""
+    hooks_before, global_before = hook_count(model), global_hook_count()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    modes = cases.training_flags(model)
+    with cases.watch_autocast() as entered:
+        learner = cases.tolerating_planted_error(finder) if raised else finder
+        got = call_learner(learner, model, inputs.clone(), DTYPE)
+    changed = any(p.dtype != torch.float32 for p in model.parameters()) or any(
+        not torch.equal(state[k], v) for k, v in model.state_dict().items()
+    )
+    call = FinderCall(
+        label,
+        None if raised else got,
+        hook_count(model) - hooks_before,
+        changed,
+        autocast_enabled("cpu"),
+        cases.mode_change(modes, cases.training_flags(model)),
+        global_hook_count() - global_before,
+        raised,
+    )
+    rule = first_mistake(CALL_MISTAKES, call)
+    if rule:
+        stop(rule.text(call))
+    return got, tuple(autocast for autocast in entered if autocast.enabled)
+
+
+def _wrong_answers(first_nonfinite_module) -> list:
+    """Run the learner's finder on every case: the ``WrongAnswer`` list, or stop at the first call mistake."""
+    wrong = []
+    for label, model, inputs, expected in cases.finder_cases():
+        got, devices = _observe_call(first_nonfinite_module, label, model, inputs)
+        if got != expected:
+            wrong.append(WrongAnswer(label, got, expected, model, inputs, DTYPE, devices))
+    return wrong
+
+
+def _gpu_problem(first_nonfinite_module) -> tuple:
+    """Run a right finder on a pretend GPU: ``(ran, message)``, the message None when it still finds the
+    overflow. ``ran`` is False when it raised there: then nothing is claimed. A hard-coded ``"cpu"`` autocast
+    is the mistake it catches."""
+    label, model, inputs, expected = cases.finder_cases()[0]
+    try:
+        with cases.pretend_gpu() as entered:
+            got = first_nonfinite_module(model, inputs.clone(), DTYPE)
+    except Exception:
+        return False, None
+    if got == expected:
+        return True, None
+    elsewhere = sorted({a.device_type for a in entered if a.enabled and a.device_type != "cuda"})
+    if elsewhere:
+        message = (
+            f"Your function enters autocast for {elsewhere[0]!r} whatever the tensors' device. Run on "
+            f"a model and a batch on a GPU ('cuda'), it returned {got!r} instead of {expected!r}: "
+            f"{elsewhere[0]!r} autocast does not touch CUDA tensors, so the model ran in float32. "
+            "Take the device type from the tensors: `torch.autocast(device_type=inputs.device.type, "
+            "dtype=dtype)`."
+        )
+    else:
+        message = (
+            f"Run on a model and a batch on a GPU ('cuda'), your function returned {got!r} instead of "
+            f"{expected!r}. Take autocast's device type from the tensors: "
+            "`torch.autocast(device_type=inputs.device.type, dtype=dtype)`."
+        )
+    return True, message
+
+
+@checker("05.1 first_nonfinite_module")
+def check_first_nonfinite_module(first_nonfinite_module):
+    """``first_nonfinite_module(model, inputs, dtype)``: the first module (finish order) whose output is
+    non-finite."""
+    wrong = _wrong_answers(first_nonfinite_module)
+    if wrong:
+        rule = first_mistake(FINDER_MISTAKES, wrong)
+        return failed(rule.text(wrong), rule.details(wrong))
+    _observe_call(
+        first_nonfinite_module,
+        "a model whose forward raises an error",
+        cases.RaisingModel(),
+        cases.finder_cases()[0][2],
+        raised=True,
+    )
+    ran, problem = _gpu_problem(first_nonfinite_module)
+    if problem:
+        return failed(problem)
+    device = (
+        "; and your autocast follows the tensors' device (tried with the model and batch on a pretend GPU)"
+        if ran
+        else " (on a pretend GPU your function raised, so its device handling was not checked)"
+    )
+    return passed(
+        "You named the first non-finite module on all seven cases: inside blocks, in the order modules run, "
+        "inf as well as NaN, None when everything is finite. Your hooks are gone afterwards, also when the "
+        f"forward raises; each model keeps its train/eval mode{device}."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# 05.2 texture_forward(model, x): the Gram product in FP32, everything else as autocast chooses
+# --------------------------------------------------------------------------------------------------
+def _hiding_ops(recorder) -> list:
+    """The ops that hide an overflow (clamp, nan_to_num, where, ...) the learner's forward called, sorted."""
+    return sorted({c.name for c in recorder.calls if c.name in cases.HIDING_OPS})
+
+
+def _hiding_message(hid) -> str:
+    return (
+        f"You hid the overflow instead of fixing the precision ({', '.join(hid) or 'replaced the infs'}): "
+        "the output is finite but every clamped entry is wrong, so the logits no longer match the FP32 "
+        "reference. Compute the product in float32 instead."
+    )
+
+
+_BF16_MESSAGE = (
+    "Your Gram product runs in bfloat16. bfloat16 has the range (no overflow) but only 8 significant bits: "
+    "products near 1e5 are rounded to steps of 512, so the pooled features and the logits move away from the "
+    "FP32 reference. Use float32 for this op: `enabled=False` and .float() on the inputs."
+)
+
+
+_FLOAT64_MESSAGE = (
+    "Your Gram product runs in float64 (.double()). float32 already holds these values with room to spare "
+    "(its range reaches 3.4e38); float64 doubles the memory and, on most GPUs, costs many times the time. "
+    "Use .float() on both operands."
+)
+
+
+def _learner_error(problem: LearnerProblem, recorder) -> None:
+    """Say what an error inside the learner's forward most likely means (changes the message in place)."""
+    message = problem.result.message
+    if problem.result.status != FAILED:
+        return
+    if any(c.output_dtype == "bfloat16" for c in recorder.matmuls):
+        problem.result.message = _BF16_MESSAGE + "\n(" + message + ")"
+    elif any(c.output_dtype == "float64" for c in recorder.matmuls):
+        problem.result.message = _FLOAT64_MESSAGE + "\n(" + message + ")"
+    elif "dtype" in message.lower():
+        problem.result.message = (
+            "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a "
+            "float16 operand meet in one matmul. Cast BOTH operands with .float() inside the "
+            "block.\n" + message
+        )
+
+
+def _run_learner(fn, model, x, *, autocast: bool):
+    """Call the learner's forward, watching op dtypes, the dtypes of `features` / `head` outputs and the
+    autocasts it entered."""
+    module_dtypes = {}
+    handles = [
+        module.register_forward_hook(lambda m, a, out, name=name: module_dtypes.__setitem__(name, out.dtype))
+        for name, module in (("features", model.features), ("head", model.head))
+    ]
+    recorder = OpDtypeRecorder("cpu")
+    try:
+        with torch.autocast(device_type="cpu", dtype=torch.float16, enabled=autocast):
+            with recorder, cases.watch_autocast() as entered:
+                got = call_learner(fn, model, x.clone(), what="`texture_forward`")
+            still_on = autocast_enabled("cpu")
+    except LearnerProblem as problem:
+        _learner_error(problem, recorder)
+        raise
+    finally:
+        for handle in handles:
+            handle.remove()
+    if autocast and not still_on:
+        raise LearnerProblem(
+            failed(
+                "After your function returned, autocast was switched off for the caller: disable it only inside "
+                "a `with torch.autocast(device_type=..., enabled=False):` block, which restores it on exit."
+            )
+        )
+    return got, recorder, module_dtypes, entered
+
+
+def _gram_call(recorder, batch, channels):
+    """The matmul that produced the [batch, C, C] Gram matrix (None when there is none)."""
+    return next((c for c in recorder.matmuls if c.shape == (batch, channels, channels)), None)
+
+
+@dataclass
+class TextureRun:
+    """One call of the learner's forward (facts for the 05.2 rules): its output, the ops it ran, the dtype
+    each of ``features`` and ``head`` returned, and the FP32 reference it must match."""
+
+    got: object
+    recorder: OpDtypeRecorder
+    module_dtypes: dict
+    reference: torch.Tensor
+    batch: int
+    channels: int
+    classes: int
+    entered: list = field(default_factory=list)  # (device type, enabled) of each autocast the call entered
+
+    @property
+    def gram(self):
+        return _gram_call(self.recorder, self.batch, self.channels)
+
+    @property
+    def hid(self) -> list:
+        return _hiding_ops(self.recorder)
+
+    @property
+    def finite(self) -> bool:
+        return bool(torch.isfinite(self.got).all())
+
+    def ran_in(self, module: str):
+        return self.module_dtypes.get(module)
+
+    @property
+    def matches_reference(self) -> bool:
+        return self.got.dtype == torch.float32 and torch.allclose(
+            self.got.detach().float(), self.reference, rtol=1e-4, atol=1e-3
+        )
+
+    @property
+    def cast_after(self) -> bool:
+        """A cast to float32 whose result is already non-finite: the inf came from float16 before it."""
+        return any(
+            c.name in ("float", "to", "type") and c.output_dtype == "float32" and not c.finite
+            for c in self.recorder.calls
+        )
+
+    def switched_off(self, *, other_than: str) -> list:
+        """The device types, other than ``other_than``, for which the call switched autocast off."""
+        return sorted({a.device_type for a in self.entered if not a.enabled and a.device_type != other_than})
+
+    @property
+    def gram_fixed(self) -> bool:
+        return (
+            isinstance(self.got, torch.Tensor)
+            and self.finite
+            and self.gram is not None
+            and (self.gram.output_dtype == "float32")
+        )
+
+    @property
+    def difference(self) -> float:
+        return (self.got.detach().float() - self.reference).abs().max().item()
+
+    @property
+    def tolerance(self) -> float:
+        return 2e-3 * self.reference.abs().max().item() + 1e-2
+
+
+def _observe(texture_forward, model, x, reference, *, autocast: bool) -> TextureRun:
+    got, recorder, module_dtypes, entered = _run_learner(texture_forward, model, x, autocast=autocast)
+    return TextureRun(
+        got,
+        recorder,
+        module_dtypes,
+        reference,
+        x.shape[0],
+        model.features[0].out_features,
+        model.head.out_features,
+        entered,
+    )
+
+
+def _observe_on_gpu(texture_forward, model, x, reference) -> TextureRun | None:
+    """The learner's forward on a pretend GPU, under an autocast that stands for CUDA's (None when it raised
+    there: then nothing is claimed)."""
+    recorder = OpDtypeRecorder("cpu")
+    try:
+        with torch.autocast(device_type="cpu", dtype=torch.float16):  # plays CUDA's autocast
+            with cases.pretend_gpu() as entered, recorder:
+                got = texture_forward(model, x.clone())
+    except Exception:
+        return None
+    return TextureRun(
+        got,
+        recorder,
+        {},
+        reference,
+        x.shape[0],
+        model.features[0].out_features,
+        model.head.out_features,
+        entered,
+    )
+
+
+# 1. Called without autocast, the function must be TextureNet.forward itself.
+PLAIN_MISTAKES = (
+    Mistake(
+        "not a tensor",
+        lambda run: not isinstance(run.got, torch.Tensor),
+        lambda run: (
+            f"texture_forward returned a {type(run.got).__name__}; return the logits tensor "
+            "(what `model.head(...)` gives)."
+        ),
+    ),
+    Mistake(
+        "not the logits' shape",
+        lambda run: tuple(run.got.shape) != (run.batch, run.classes),
+        lambda run: (
+            f"texture_forward returned shape {tuple(run.got.shape)}; the logits are [{run.batch}, {run.classes}] "
+            "(batch, classes). Return `model.head(gram.flatten(1))`."
+        ),
+    ),
+    Mistake(
+        "Gram product in bfloat16",
+        lambda run: run.gram is not None and run.gram.output_dtype == "bfloat16",
+        _BF16_MESSAGE,
+    ),
+    Mistake(
+        "hid the overflow",
+        lambda run: not run.matches_reference and run.hid,
+        lambda run: (
+            _hiding_message(run.hid) + " Even in float32 your clamping changes the Gram entries above "
+            "65504, which are perfectly valid there."
+        ),
+    ),
+    Mistake(
+        "changed the math",
+        lambda run: not run.matches_reference,
+        (
+            "Called without autocast, your function does not reproduce TextureNet.forward: keep the math as it "
+            "is (features -> Gram product h^T @ h -> divide by the number of tokens -> head); only the precision "
+            "of one op should change."
+        ),
+    ),
+)
+
+# 2. Under float16 autocast: finite, the Gram product in float32, the rest in float16, close to the reference.
+AUTOCAST_MISTAKES = (
+    Mistake(
+        "not the logits",
+        lambda run: not isinstance(run.got, torch.Tensor) or tuple(run.got.shape) != (run.batch, run.classes),
+        "Under autocast texture_forward did not return the [batch, classes] logits tensor.",
+    ),
+    Mistake(
+        "features in float32 too",
+        lambda run: run.ran_in("features") == torch.float32 and run.ran_in("head") == torch.float16,
+        (
+            "`model.features` ran in float32: your `enabled=False` block starts too early (head still "
+            "runs in float16). Compute `h = model.features(x)` under autocast and switch autocast off "
+            "only around the Gram product."
+        ),
+    ),
+    Mistake(
+        "everything in float32",
+        lambda run: run.ran_in("features") == torch.float32,
+        (
+            "Your whole forward ran in float32: `model.features` produced float32 although it is a Linear that "
+            "autocast runs in float16. Disabling autocast for the whole model throws away the mixed precision; "
+            "keep `enabled=False` around the Gram product only."
+        ),
+    ),
+    Mistake(
+        "no Gram product",
+        lambda run: run.gram is None,
+        (
+            "No matmul produced the [batch, channels, channels] Gram matrix: compute "
+            "`h.transpose(1, 2) @ h` (in float32) as TextureNet.forward does."
+        ),
+    ),
+    Mistake("Gram product in bfloat16", lambda run: run.gram.output_dtype == "bfloat16", _BF16_MESSAGE),
+    Mistake("Gram product in float64", lambda run: run.gram.output_dtype == "float64", _FLOAT64_MESSAGE),
+    Mistake(
+        "inputs left in float16",
+        lambda run: not run.finite and run.gram.output_dtype == "float16" and not run.gram.autocast,
+        (
+            "You switched autocast off around the Gram product but its inputs are still float16 (h comes "
+            "out of a float16 Linear), so the product ran in float16 and overflowed anyway. Cast them: "
+            "`h.float().transpose(1, 2) @ h.float()`."
+        ),
+    ),
+    Mistake(
+        "the wrong op in float32",
+        lambda run: not run.finite and run.ran_in("head") == torch.float32,
+        (
+            "You moved the wrong op to float32: `head` ran in float32, but the Gram product still ran in "
+            "float16 and overflowed before head ever saw it. Use the finder's report: the first non-finite "
+            "value is the input of head, computed by h^T @ h."
+        ),
+    ),
+    Mistake(
+        "cast after the product",
+        lambda run: not run.finite and run.cast_after,
+        (
+            "You cast to float32 AFTER the product: `(h.transpose(1, 2) @ h).float()` converts an inf that "
+            "float16 already produced. The inputs must be float32 before the matmul runs."
+        ),
+    ),
+    Mistake(
+        "autocast off for another device",
+        lambda run: not run.finite and run.gram.autocast and run.switched_off(other_than="cpu"),
+        lambda run: (
+            f"You switched autocast off for {run.switched_off(other_than='cpu')[0]!r}, but these tensors "
+            "are on the CPU ('cpu'): autocast is per device type, so CPU autocast stayed on and the Gram "
+            "product still ran in float16. Take the device type from the tensors: "
+            "`torch.autocast(device_type=x.device.type, enabled=False)`."
+        ),
+    ),
+    Mistake(
+        "nothing fixed",
+        lambda run: not run.finite,
+        (
+            "Nothing was fixed: under float16 autocast the Gram product h^T @ h still runs in float16, exceeds "
+            "65504 and the logits are inf/NaN. Wrap it in `with torch.autocast(device_type=x.device.type, "
+            "enabled=False):` and cast its inputs with .float()."
+        ),
+    ),
+    Mistake(
+        "hid the overflow",
+        lambda run: run.hid or (run.gram.output_dtype == "float16" and not run.gram.finite),
+        lambda run: _hiding_message(run.hid),
+    ),
+    Mistake(
+        "rescaled instead",
+        lambda run: run.gram.output_dtype == "float16",
+        (
+            "Your Gram product still runs in float16 and happens to stay finite (did you rescale h before the "
+            "product?). That is a legitimate trick, but it still depends on float16's range — a longer sequence "
+            "overflows again. This exercise practises the precision fix: autocast off locally, inputs cast "
+            "to float32."
+        ),
+    ),
+    Mistake(
+        "float32 block too wide",
+        lambda run: run.ran_in("head") == torch.float32,
+        (
+            "The Gram product is float32 now (good), but `head` ran in float32 too: your `enabled=False` block "
+            "is wider than needed. End it right after the product so head's Linear runs in float16 as "
+            "autocast chooses."
+        ),
+    ),
+    Mistake(
+        "logits off the reference",
+        lambda run: not run.difference <= run.tolerance,
+        lambda run: (
+            f"The logits differ from the FP32 reference by up to {run.difference:.4g} (allowed "
+            f"{run.tolerance:.3g}): keep the rest of the forward unchanged."
+        ),
+    ),
+)
+
+
+# 3. On a pretend GPU (tensors on 'cuda', the outer autocast CUDA's): the fix must follow the tensors' device.
+def _gpu_outcome(run: TextureRun) -> str:
+    if not isinstance(run.got, torch.Tensor) or not bool(torch.isfinite(run.got).all()):
+        return "the logits are not finite"
+    return f"the Gram product ran in {run.gram.output_dtype}" if run.gram else "no Gram product ran"
+
+
+GPU_MISTAKES = (
+    Mistake(
+        "autocast off for a fixed device type",
+        lambda run: not run.gram_fixed and run.switched_off(other_than="cuda"),
+        lambda run: (
+            f"Your function switches autocast off for {run.switched_off(other_than='cuda')[0]!r} "
+            "whatever the tensors' device. That works only there: run with the model and the batch on a "
+            f"GPU ('cuda'), CUDA's autocast stays on and {_gpu_outcome(run)}. Take the device type from "
+            "the tensors: `with torch.autocast(device_type=x.device.type, enabled=False):`."
+        ),
+    ),
+    Mistake(
+        "not fixed on a GPU",
+        lambda run: not run.gram_fixed,
+        lambda run: (
+            f"Run with the model and the batch on a GPU ('cuda'), {_gpu_outcome(run)}: what decides the "
+            "precision in your function does not follow the tensors' device. Use `torch.autocast(device_type="
+            "x.device.type, enabled=False)` and .float() on both operands."
+        ),
+    ),
+)
+
+
+def _training_step_problem(texture_forward, model, x, y) -> str | None:
+    """4. A real training step through the fixed forward must be finite (None when it is)."""
+    patched = cases.WithForward(model, texture_forward)
+    optimizer = torch.optim.SGD(patched.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+    try:
+        report = find_first_nonfinite(patched, optimizer, scaler, F.cross_entropy, x, y, dtype=torch.float16)
+    except LearnerProblem:
+        raise
+    except Exception as exc:  # the forward already ran twice above; an error here is still the learner's
+        return f"A training step through texture_forward raised {type(exc).__name__}: {exc}"
+    if report.found:
+        return "The forward is finite but a training step through it is not. " + report.headline()
+    return None
+
+
+@checker("05.2 texture_forward keeps only the Gram product in FP32")
+def check_texture_forward(texture_forward):
+    """The learner's TextureNet forward: finite under FP16 autocast, FP32 only for ``h^T @ h``, same math."""
+    for seed in (0, 1):
+        model, x, y = cases.texture_case(seed)
+        with torch.no_grad():
+            reference = model(x)
+        for rules, autocast in ((PLAIN_MISTAKES, False), (AUTOCAST_MISTAKES, True)):
+            run = _observe(texture_forward, model, x, reference, autocast=autocast)
+            rule = first_mistake(rules, run)
+            if rule:
+                return failed(rule.text(run))
+        problem = _training_step_problem(texture_forward, model, x, y)
+        if problem:
+            return failed(problem)
+    gpu_run = _observe_on_gpu(texture_forward, model, x, reference)
+    rule = first_mistake(GPU_MISTAKES, gpu_run) if gpu_run is not None else None
+    if rule:
+        return failed(rule.text(gpu_run))
+    device = (
+        " Your autocast switch follows the tensors' device (tried with the model and batch on a pretend GPU)."
+        if gpu_run is not None
+        else " (On a pretend GPU your forward raised, so "
+        "whether it follows the tensors' device was not checked.)"
+    )
+    return passed(
+        "Only the Gram product runs in float32; features and head still run in float16; the logits are "
+        f"finite, match the FP32 reference, and a training step through your forward is finite.{device}"
+    )

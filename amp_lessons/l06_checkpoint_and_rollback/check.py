@@ -1,0 +1,771 @@
+"""Lesson 06 checkers: the learner's ``save_checkpoint`` / ``load_checkpoint``.
+
+How the checks stay honest:
+- everything happens in a fresh temporary folder (``tempfile.mkdtemp``), deleted afterwards, and with the
+  current directory switched to another empty temporary folder during learner calls: the learner's own
+  files are never touched, and a function that ignores ``path`` is caught writing somewhere else;
+- the folder holds a few pre-existing files (notes, an older checkpoint, ``tmp.pt``) that a save must not
+  modify or delete;
+- atomicity is tested the way it matters: a second save runs while ``torch.save`` fails halfway (it writes
+  part of the bytes, then raises "no space left on device"); the previous checkpoint must come out intact.
+  Calls to ``torch.save`` and ``os.replace``/``os.rename`` are also recorded, to name *how* a write was not
+  atomic (straight into ``path``, or a temporary file in another folder);
+- resume is judged bitwise: a loop that draws random numbers from Python (shuffling), NumPy (input noise)
+  and torch (dropout) runs 6 steps, saves, runs 6 more; fresh objects with different seeds load the copy of
+  the file and run the same 6 steps; parameters and losses must be ``torch.equal``. Each part that did not
+  come back (step, config, weights, optimizer state, GradScaler state, each RNG) is named separately;
+- the learner's RNG states are put back after the check, so running it does not change their notebook.
+
+What a check saw is judged by tables of small named rules (``amp_lessons.checks.mistakes``), in the order a
+mistake would first show: the files a save touched, then how it wrote, then the interrupted save; what a
+load brought back, then the resumed steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from amp_lessons.checks.harness import (
+    LearnerProblem,
+    as_number,
+    call_learner,
+    checker,
+    describe_exception,
+    failed,
+    not_done,
+    passed,
+)
+from amp_lessons.checks.mistakes import Mistake, first_mistake, name_mistake
+from amp_lessons.core.environment import seed_everything
+from amp_lessons.l06_checkpoint_and_rollback.checkpoint import (
+    SimulatedCrash,
+    SimulatedDiskFull,
+    capture_rng,
+    load_error_line,
+    preserved_rng,
+    recorded_file_calls,
+    simulated_crash_before_move,
+    simulated_failed_write,
+)
+from amp_lessons.l06_checkpoint_and_rollback.resume import (
+    probe_config,
+    probe_dtype,
+    probe_run,
+    probe_steps,
+    read_any_payload,
+    same_state,
+    scan_payload,
+)
+
+STEPS_BEFORE = 6
+STEPS_AFTER = 6
+SENTINELS = {
+    "notes.txt": b"learner notes: do not touch\n",
+    "older_run.pt": b"an older checkpoint the learner keeps\n" * 20,
+    "tmp.pt": b"a learner file that happens to be called tmp.pt\n",
+}
+
+
+# The run a resume is judged on: amp_lessons.l06_checkpoint_and_rollback.resume's probe run (every step draws from Python's, NumPy's and
+# torch's generators; a GradScaler whose scale grows within 6 steps).
+_dtype, _config, _fresh, _run = probe_dtype, probe_config, probe_run, probe_steps
+
+
+# ------------------------------------------------------------------------------------------- scaffolding
+
+
+@contextlib.contextmanager
+def _scratch():
+    """A fresh folder with the learner-like files in it, and an empty current directory; both go after."""
+    folder = tempfile.mkdtemp(prefix="amp_lessons_check06_")
+    elsewhere = tempfile.mkdtemp(prefix="amp_lessons_check06_cwd_")
+    previous = os.getcwd()
+    for name, data in SENTINELS.items():
+        with open(os.path.join(folder, name), "wb") as handle:
+            handle.write(data)
+    try:
+        os.chdir(elsewhere)
+        yield folder, elsewhere
+    finally:
+        os.chdir(previous)
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+def _listing(folder: str) -> dict:
+    out = {}
+    if not os.path.isdir(folder):
+        return out
+    for name in sorted(os.listdir(folder)):
+        full = os.path.join(folder, name)
+        if os.path.isfile(full):
+            with open(full, "rb") as handle:
+                out[name] = handle.read()
+        else:
+            out[name] = None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ 06.1
+
+
+@dataclass(frozen=True)
+class SaveSeen:
+    """What one call of the learner's save did: the folder before and after it, what appeared in the current
+    directory, the ``torch.save`` targets and ``os.replace``/``os.rename`` moves (absolute paths) it made,
+    and, for the save that fails halfway, how it ended: ``"raised"`` the disk-full error, ``"returned"``
+    normally, or raised some ``"other"`` error."""
+
+    path: str
+    before: dict
+    after: dict
+    in_cwd: list = field(default_factory=list)
+    saves: list = field(default_factory=list)
+    moves: list = field(default_factory=list)
+    outcome: str = ""
+    error: str = ""
+    movers: list = field(default_factory=list)  # "os.replace" / "os.rename", one per move
+    removes: list = field(default_factory=list)  # paths given to os.remove/os.unlink
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def touched(self) -> list:
+        """Files that were in the folder before the save (other than the checkpoint) and changed or went."""
+        return [
+            n for n, data in self.before.items() if n != self.name and self.after.get(n, b"<gone>") != data
+        ]
+
+    @property
+    def new_files(self) -> list:
+        return sorted(set(self.after) - set(self.before))
+
+    @property
+    def arrivals(self) -> list:
+        return [(src, dst) for src, dst in self.moves if dst == os.path.abspath(self.path)]
+
+    @property
+    def arrived_by(self) -> str:
+        """The function that moved the file onto ``path`` last ("os.replace" unless os.rename was seen)."""
+        movers = [m for (_, dst), m in zip(self.moves, self.movers) if dst == os.path.abspath(self.path)]
+        return movers[-1] if movers else "os.replace"
+
+
+def _touched_message(s: SaveSeen) -> str:
+    touched = s.touched
+    gone = [n for n in touched if n not in s.after]
+    return (
+        f"save_checkpoint {'removed' if gone else 'modified'} {touched}, file(s) that were already in the "
+        "folder"
+        + (
+            " (a fixed temporary name such as tmp.pt overwrites any file of that name)"
+            if "tmp.pt" in touched
+            else ""
+        )
+        + ". A checkpoint save must touch only its own file: give the temporary file a fresh unique name "
+        "(tempfile.mkstemp(dir=folder) or NamedTemporaryFile(dir=folder, delete=False)) and delete nothing "
+        "else."
+    )
+
+
+def _no_file_message(s: SaveSeen) -> str:
+    hint = ""
+    if s.new_files:
+        hint = f" It created {s.new_files} instead: use the `path` argument as the file name."
+    return f"After save_checkpoint(path, ...) there is no file at `path`.{hint}"
+
+
+def _temporary_folder(s: SaveSeen) -> str:
+    return os.path.dirname(s.arrivals[-1][0])
+
+
+def _temporary_elsewhere(s: SaveSeen) -> bool:
+    """Outside the checkpoint's folder (a folder the save made inside it, e.g. TemporaryDirectory(dir=folder),
+    is on the same file system: os.replace from there is atomic too)."""
+    folder = os.path.dirname(os.path.abspath(s.path))
+    return os.path.commonpath([_temporary_folder(s), folder]) != folder
+
+
+# The first save: what it did to the files, then how it wrote. Every rule reads ``SaveSeen``.
+SAVE_MISTAKES = (
+    Mistake(
+        "wrote into the current directory",
+        lambda s: bool(s.in_cwd),
+        lambda s: (
+            f"save_checkpoint wrote {s.in_cwd} into the current working directory. Write only at `path` (and a "
+            "temporary file in the same folder): the current directory holds the learner's own files."
+        ),
+    ),
+    Mistake("touched other files", lambda s: bool(s.touched), _touched_message),
+    Mistake("no file at path", lambda s: s.name not in s.after, _no_file_message),
+    Mistake(
+        "left a file next to the checkpoint",
+        lambda s: bool(set(s.new_files) - {s.name}),
+        lambda s: (
+            f"save_checkpoint left {sorted(set(s.new_files) - {s.name})} next to the checkpoint. The temporary "
+            "file should *become* the checkpoint (os.replace moves it), so nothing else is left behind."
+        ),
+    ),
+    Mistake(
+        "never called torch.save",
+        lambda s: not s.saves,
+        "save_checkpoint never called torch.save. Write the payload with torch.save "
+        "(that is what torch.load(weights_only=True) reads back).",
+    ),
+    Mistake(
+        "torch.save straight into path",
+        lambda s: os.path.abspath(s.path) in s.saves,
+        "Not atomic: torch.save wrote straight into `path`. If that write is interrupted (disk full, job "
+        "killed), the previous checkpoint is already destroyed and only a truncated file is left. Write "
+        "to a temporary file in the same folder, then os.replace(temporary, path).",
+    ),
+    Mistake(
+        "not moved into place by os.replace",
+        lambda s: not s.arrivals,
+        "The checkpoint did not arrive at `path` through os.replace (or os.rename). Copying a finished "
+        "temporary file onto `path` is not atomic either: a copy can stop halfway. Finish with "
+        "os.replace(temporary, path), a single atomic rename.",
+    ),
+    Mistake(
+        "temporary file in another folder",
+        _temporary_elsewhere,
+        lambda s: (
+            f"The temporary file was written in {_temporary_folder(s)}, not next to the checkpoint. "
+            "os.replace is only atomic within one file system (across file systems it fails or copies): "
+            "create the temporary file in os.path.dirname(path)."
+        ),
+    ),
+)
+
+# Why torch.load(weights_only=True) refused the file, read from the first line of its error.
+WEIGHTS_ONLY_HINTS = (
+    Mistake(
+        "NumPy objects",
+        lambda detail: "numpy" in detail.lower(),
+        " NumPy's RNG state (np.random.get_state()) holds a NumPy array: convert it, e.g. "
+        "`keys.tolist()` or `torch.from_numpy(keys.astype('int64'))`.",
+    ),
+    Mistake(
+        "a TorchVersion",
+        lambda detail: "TorchVersion" in detail,
+        " torch.__version__ is a TorchVersion object: store str(torch.__version__).",
+    ),
+    Mistake(
+        "whole objects",
+        lambda detail: "GLOBAL" in detail,
+        " Save state_dict()s and plain values, not whole objects (the model, optimizer or scaler "
+        "themselves).",
+    ),
+)
+
+
+def _weights_only_problem(path):
+    try:
+        torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        detail = load_error_line(exc)
+        hint = name_mistake(WEIGHTS_ONLY_HINTS, detail) or ""
+        return failed(
+            f"torch.load(path, weights_only=True) refuses your checkpoint ({detail}). Since torch "
+            "2.6 that is torch.load's default, and it is the safe way to load: keep the payload to "
+            f"dicts, lists, tensors, numbers and strings.{hint}"
+        )
+    return None
+
+
+# The save that fails halfway: the previous checkpoint must survive, and the error must reach the caller.
+INTERRUPTED_SAVE_MISTAKES = (
+    Mistake(
+        "raised another error",
+        lambda s: s.outcome == "other",
+        lambda s: (
+            f"When torch.save failed halfway, save_checkpoint raised a different error: {s.error}. Let the "
+            "original error propagate (after removing the temporary file)."
+        ),
+    ),
+    Mistake(
+        "deleted the previous checkpoint",
+        lambda s: s.name not in s.after,
+        "When torch.save failed halfway, the previous checkpoint at `path` was deleted: a save must not "
+        "remove the old file before the new one is complete (os.replace does both at once).",
+    ),
+    Mistake(
+        "overwrote the previous checkpoint",
+        lambda s: s.after[s.name] != s.before[s.name],
+        lambda s: (
+            f"Not atomic: when torch.save failed halfway, the previous checkpoint at `path` was overwritten by "
+            f"{len(s.after[s.name])} bytes of a half-written file. Write to a temporary file in the same folder, "
+            "then os.replace(temporary, path)."
+        ),
+    ),
+    Mistake(
+        "left the temporary file",
+        lambda s: bool(s.new_files),
+        lambda s: (
+            f"When torch.save failed halfway, save_checkpoint left {s.new_files} behind. Remove the temporary "
+            "file when the write fails (in `except`/`finally`), then re-raise the error."
+        ),
+    ),
+    Mistake(
+        "hid the failed write",
+        lambda s: s.outcome == "returned",
+        "save_checkpoint hid a failed write: torch.save raised 'No space left on device' but your "
+        "function returned normally. Let the error propagate, so the training loop knows this checkpoint "
+        "was not written.",
+    ),
+)
+
+
+# The save stopped right before its final rename (the process dies there): the old checkpoint must survive.
+CRASH_BEFORE_MOVE_MISTAKES = (
+    Mistake(
+        "removed the old checkpoint before the rename",
+        lambda s: s.name not in s.after,
+        lambda s: (
+            "A crash between two calls leaves no checkpoint: when the save was stopped right before its final "
+            "rename, `path` was already gone, because your save removes the old checkpoint first"
+            + (" (os.remove(path))" if os.path.abspath(s.path) in s.removes else "")
+            + " and renames the new file into place after. os.replace(temporary, path) swaps the new file in "
+            "with one atomic call that overwrites the old one: do not remove `path` yourself."
+        ),
+    ),
+    Mistake(
+        "changed the old checkpoint before the rename",
+        lambda s: s.after[s.name] != s.before[s.name],
+        "When the save was stopped right before its final rename, the previous checkpoint at `path` had "
+        "already been changed. Nothing may touch `path` until the single os.replace(temporary, path) "
+        "that puts the finished file there.",
+    ),
+    Mistake(
+        "hid the failed rename",
+        lambda s: s.outcome == "returned",
+        "save_checkpoint hid a failed rename: os.replace was interrupted, but your function returned "
+        "normally (a bare `except:` catches even the end of the process). Let the error propagate (after "
+        "removing the temporary file), so the loop knows this checkpoint was not written.",
+    ),
+)
+
+
+def _call_failing_save(
+    save_checkpoint, args, failure=simulated_failed_write, error=SimulatedDiskFull
+) -> tuple[str, str]:
+    """Call the learner's save while ``failure()`` makes it fail (by default torch.save halfway, with
+    ``error``): ``(outcome, error text)`` for :class:`SaveSeen`."""
+    try:
+        with failure():
+            save_checkpoint(*args)
+    except NotImplementedError:
+        raise LearnerProblem(not_done("`save_checkpoint`")) from None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        seen, link = set(), exc
+        while link is not None and id(link) not in seen:
+            if isinstance(link, error):
+                return "raised", ""
+            seen.add(id(link))
+            link = link.__cause__ or link.__context__
+        return "other", describe_exception(exc)
+    return "returned", ""
+
+
+@checker("06.1 save_checkpoint: atomic, complete file")
+def check_save_checkpoint(save_checkpoint):
+    """``save_checkpoint(path, model, optimizer, scaler, step, config)``: atomic, only its own file."""
+    with preserved_rng(), _scratch() as (folder, cwd):
+        model, optimizer, scaler = _fresh(0)
+        _run(model, optimizer, scaler, 3)
+        path = os.path.join(folder, "run.ckpt")
+        before = _listing(folder)
+        with recorded_file_calls() as calls:
+            call_learner(save_checkpoint, path, model, optimizer, scaler, 3, _config())
+        seen = SaveSeen(
+            path,
+            before,
+            _listing(folder),
+            sorted(os.listdir(cwd)),
+            calls.saves,
+            calls.moves,
+            movers=calls.movers,
+        )
+        mistake = first_mistake(SAVE_MISTAKES, seen)
+        if mistake:
+            return failed(mistake.text(seen))
+        problem = _weights_only_problem(path)
+        if problem is not None:
+            return problem
+
+        # Two failures: torch.save writes part of the bytes, then fails like a full disk; the process dies
+        # right before the final rename. The previous checkpoint must come out of both intact.
+        failures = (
+            (simulated_failed_write, SimulatedDiskFull, INTERRUPTED_SAVE_MISTAKES),
+            (simulated_crash_before_move, SimulatedCrash, CRASH_BEFORE_MOVE_MISTAKES),
+        )
+        for failure, error, rules in failures:
+            previous = _listing(folder)
+            with recorded_file_calls() as failing_calls:
+                outcome, text = _call_failing_save(
+                    save_checkpoint, (path, model, optimizer, scaler, 4, _config()), failure, error
+                )
+            interrupted = SaveSeen(
+                path, previous, _listing(folder), outcome=outcome, error=text, removes=failing_calls.removes
+            )
+            mistake = first_mistake(rules, interrupted)
+            if mistake:
+                return failed(mistake.text(interrupted))
+    return passed(_save_passed_message(seen.arrived_by))
+
+
+def _save_passed_message(mover: str) -> str:
+    """The pass message, naming the call that really moved the file (os.replace, os.rename, or a rename)."""
+    how = "the checkpoint arrives by os.replace from a temporary file next to it"
+    if mover not in ("os.replace", "os.rename"):  # a function imported by name: the audit event says rename
+        how = (
+            "the checkpoint arrives by one rename (os.replace or os.rename) from a temporary file next to it"
+        )
+    elif mover == "os.rename":
+        how = (
+            "the checkpoint arrives by os.rename (shutil.move and Path.rename call it) from a temporary "
+            "file next to it; on Linux and macOS that replaces the old file atomically too, but on "
+            "Windows os.rename refuses to overwrite an existing file, so os.replace is the portable call"
+        )
+    return (
+        f"Atomic and tidy: {how}, an interrupted save leaves the previous checkpoint byte for byte "
+        "intact and no stray file, nothing else in the folder is touched, and "
+        "torch.load(weights_only=True) accepts the file. (The check worked in a temporary folder it has "
+        "deleted.)"
+    )
+
+
+# ------------------------------------------------------------------------------------------------ 06.2
+
+
+def _as_step(value):
+    """The step the learner returned as an int, or None when it is not a whole number.
+
+    What counts as a number is :func:`~amp_lessons.checks.harness.as_number`'s rule (a one-element tensor,
+    a NumPy scalar, an int or a float; not a bool or a string); its message is not used, because
+    "step counter lost" says better what went wrong.
+    """
+    try:
+        number = as_number(value, "load_checkpoint returned the step")
+    except LearnerProblem:
+        return None
+    return int(number) if number.is_integer() else None
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _params(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+RNG_NAMES = {
+    "python": "Python's `random` (random.getstate / random.setstate)",
+    "numpy": "NumPy's global generator (np.random.get_state / np.random.set_state)",
+    "torch": "torch's CPU generator (torch.get_rng_state / torch.set_rng_state)",
+    "cuda": "the CUDA generators (torch.cuda.get_rng_state_all / set_rng_state_all)",
+}
+
+
+@dataclass(frozen=True)
+class ResumeSeen:
+    """A save after 6 steps loaded into fresh objects: what was saved, what came back, what the file holds;
+    then (for the second table) the next 6 steps of the uninterrupted and the resumed run."""
+
+    config: dict
+    saved: dict  # params, optimizer, scaler, rng at save time
+    result: object  # what load_checkpoint returned
+    params: dict  # the fresh model's state after the load
+    optimizer_state: dict
+    scaler: dict
+    fresh_scaler: dict
+    rng: dict  # capture_rng() right after the load
+    payload: object = None  # the file as torch.load reads it (None when it cannot)
+    loads: list = field(default_factory=list)  # torch.load keyword arguments of the learner's load
+    reference_losses: list = field(default_factory=list)
+    resumed_losses: list = field(default_factory=list)
+    reference_params: dict = field(default_factory=dict)
+    final_params: dict = field(default_factory=dict)
+    optimizer_has_the_parameters: bool = True  # after the load, the optimizer holds the model's own tensors
+
+    def in_file(self, predicate) -> bool:
+        return self.payload is not None and scan_payload(self.payload, predicate)
+
+    @property
+    def lost_generators(self) -> list:
+        return [RNG_NAMES[key] for key in RNG_NAMES if not same_state(self.rng[key], self.saved["rng"][key])]
+
+    @property
+    def divergence(self):
+        """The first resumed step whose loss differs from the uninterrupted run's, or None."""
+        pairs = enumerate(zip(self.reference_losses, self.resumed_losses))
+        return next((index for index, (a, b) in pairs if not torch.equal(a, b)), None)
+
+    @property
+    def weights_only(self) -> list:
+        return [kwargs.get("weights_only", "missing") for kwargs in self.loads]
+
+
+def _has_optimizer_state(item) -> bool:
+    return isinstance(item, dict) and "param_groups" in item and "state" in item
+
+
+def _has_scaler_state(item) -> bool:
+    return isinstance(item, dict) and "_growth_tracker" in item
+
+
+def _optimizer_lost(s: ResumeSeen) -> bool:
+    return not same_state(s.optimizer_state, s.saved["optimizer"]["state"])
+
+
+ADAM_RESTARTS = (
+    " Without it AdamW restarts its moving averages (exp_avg, exp_avg_sq) and step count from "
+    "zero, so the first steps after a resume are different (bias-corrected full-size steps) and "
+    "the run diverges."
+)
+
+# After the load, before any further step: what came back. Every rule reads ``ResumeSeen``.
+RESTORE_MISTAKES = (
+    Mistake(
+        "not the pair (step, config)",
+        lambda s: not isinstance(s.result, (tuple, list)) or len(s.result) != 2,
+        lambda s: (
+            f"load_checkpoint returned {_short(s.result)}; it must return the pair (step, config) so the "
+            "loop knows where to continue and with which precision policy."
+        ),
+    ),
+    Mistake(
+        "(config, step) in the wrong order",
+        lambda s: isinstance(s.result[0], dict) and _as_step(s.result[1]) == STEPS_BEFORE,
+        "load_checkpoint returned (config, step): the pair is the other way round. Return "
+        "(step, config), the order the training loop unpacks (`step, config = load_checkpoint(...)`).",
+    ),
+    Mistake(
+        "step counter lost",
+        lambda s: _as_step(s.result[0]) != STEPS_BEFORE,
+        lambda s: (
+            f"Step counter lost: load_checkpoint returned step {_short(s.result[0])}, but the checkpoint was "
+            f"saved after {STEPS_BEFORE} steps. Save `step` in the payload and return it: schedules, logs and "
+            "rollback decisions are indexed by it."
+        ),
+    ),
+    Mistake(
+        "config lost",
+        lambda s: not isinstance(s.result[1], dict) or s.result[1] != s.config,
+        lambda s: (
+            f"The config came back as {_short(s.result[1])} instead of {s.config}. Save the config (dtype, FP32 "
+            "regions, ...) and return it: it is how a resume tells a continuation from a change of precision "
+            "policy."
+        ),
+    ),
+    Mistake(
+        "weights not restored",
+        lambda s: not all(same_state(s.params[k], s.saved["params"][k]) for k in s.saved["params"]),
+        "The model's weights were not restored: after load_checkpoint the fresh model still has its own "
+        "parameters. Save model.state_dict() and call model.load_state_dict(...) on the model you are "
+        "given (do not build a new one).",
+    ),
+    Mistake(
+        "optimizer lost the model's parameters",
+        lambda s: not s.optimizer_has_the_parameters,
+        "After load_checkpoint the optimizer no longer holds the model's parameters: the model's "
+        "parameter tensors were replaced (load_state_dict(..., assign=True), or new nn.Parameters), "
+        "while the optimizer still updates the old ones, so the next step finds no gradients to apply. "
+        "Copy the weights into the existing parameters: model.load_state_dict(state), no assign=True.",
+    ),
+    Mistake(
+        "optimizer state saved but not restored",
+        lambda s: _optimizer_lost(s) and s.in_file(_has_optimizer_state),
+        "Optimizer state not restored: your file contains the optimizer's state_dict, but "
+        "load_checkpoint does not call optimizer.load_state_dict(...)." + ADAM_RESTARTS,
+    ),
+    Mistake(
+        "optimizer state not saved",
+        _optimizer_lost,
+        "Optimizer state not saved: the checkpoint has no optimizer.state_dict()." + ADAM_RESTARTS,
+    ),
+    Mistake(
+        "only part of the GradScaler state",
+        lambda s: s.scaler != s.saved["scaler"] and s.scaler.get("scale") == s.saved["scaler"]["scale"],
+        lambda s: (
+            f"Only part of the GradScaler state came back: the scale ({s.saved['scaler']['scale']}) is "
+            f"right but the growth tracker is {s.scaler.get('_growth_tracker')} instead of "
+            f"{s.saved['scaler']['_growth_tracker']}. Save scaler.state_dict() whole and load it with "
+            "scaler.load_state_dict(...)."
+        ),
+    ),
+    Mistake(
+        "GradScaler state saved but not restored",
+        lambda s: s.scaler != s.saved["scaler"] and s.in_file(_has_scaler_state),
+        lambda s: (
+            f"GradScaler state saved but not restored: after load_checkpoint the scale is "
+            f"{s.scaler.get('scale')} (a fresh scaler's initial value) instead of "
+            f"{s.saved['scaler']['scale']}. Call scaler.load_state_dict(...) with the saved state."
+        ),
+    ),
+    Mistake(
+        "GradScaler state not saved",
+        lambda s: s.scaler != s.saved["scaler"],
+        lambda s: (
+            f"GradScaler state not saved: after load_checkpoint the scale is {s.scaler.get('scale')} "
+            f"(fresh: {s.fresh_scaler.get('scale')}) instead of {s.saved['scaler']['scale']}, and the growth "
+            "tracker restarted. In a float16 run whose scale had settled lower, the restarted scale overflows "
+            "and the next steps are skipped; a higher settled scale is lost the other way. Save "
+            "scaler.state_dict() and load it back."
+        ),
+    ),
+    Mistake(
+        "RNG not restored",
+        lambda s: bool(s.lost_generators),
+        lambda s: (
+            f"RNG not restored: after load_checkpoint the state of {'; '.join(s.lost_generators)} differs from "
+            "the state at save time. The resumed run then draws different random numbers (dropout masks, "
+            "shuffling, augmentation) and diverges from the uninterrupted one. Save each generator's state and "
+            "set it back on load."
+        ),
+    ),
+)
+
+# After 6 more steps on both runs, and how the learner called torch.load.
+RUN_MISTAKES = (
+    Mistake(
+        "the resumed run diverges",
+        lambda s: s.divergence is not None,
+        lambda s: (
+            f"The resumed run diverges from the uninterrupted one at step {STEPS_BEFORE + s.divergence} (loss "
+            f"{float(s.resumed_losses[s.divergence]):.6g} instead of "
+            f"{float(s.reference_losses[s.divergence]):.6g}), "
+            "although step, weights, optimizer, scaler and RNG looked restored. Does load_checkpoint change "
+            "anything else (e.g. the model's train/eval mode, the learning rate)?"
+        ),
+    ),
+    Mistake(
+        "the parameters differ",
+        lambda s: bool(_different_params(s)),
+        lambda s: (
+            f"After {STEPS_AFTER} resumed steps the parameters {_different_params(s)} differ from the "
+            "uninterrupted run (the losses matched). Something besides the listed state was not restored."
+        ),
+    ),
+    Mistake(
+        "weights_only=False",
+        lambda s: any(value is False for value in s.weights_only),
+        "load_checkpoint calls torch.load(..., weights_only=False). That unpickles arbitrary objects: a "
+        "tampered checkpoint can run code when loaded. Keep the payload plain and load it with "
+        "weights_only=True.",
+    ),
+    Mistake(
+        "weights_only not given",
+        lambda s: "missing" in s.weights_only,
+        "Everything resumed bit for bit, but torch.load is called without weights_only. Its default "
+        "changed in torch 2.6 (False before, True since), so the same code loads differently on "
+        "different installs: pass weights_only=True explicitly.",
+    ),
+)
+
+
+def _different_params(s: ResumeSeen) -> list:
+    return [k for k in s.reference_params if not torch.equal(s.final_params[k], s.reference_params[k])]
+
+
+def _load_into_a_fresh_run(load_checkpoint, path, folder, config, saved):
+    """Load a copy of the file into fresh objects with other random states (a new process would have both);
+    returns what came back as a :class:`ResumeSeen` and the resumed ``(model, optimizer, scaler)``."""
+    copy_path = os.path.join(folder, "copied.ckpt")
+    shutil.copyfile(path, copy_path)
+    seed_everything(99)
+    model, optimizer, scaler = _fresh(1)
+    fresh_scaler = dict(scaler.state_dict())
+    seed_everything(1234)
+    with recorded_file_calls() as calls:
+        result = call_learner(load_checkpoint, copy_path, model, optimizer, scaler)
+    rng = capture_rng()
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    try:  # an optimizer whose params the learner replaced may not even produce its state_dict
+        optimizer_state = copy.deepcopy(optimizer.state_dict()["state"])
+    except Exception:
+        optimizer_state = None
+    seen = ResumeSeen(
+        config,
+        saved,
+        result,
+        _params(model),
+        optimizer_state,
+        dict(scaler.state_dict()),
+        fresh_scaler,
+        rng,
+        read_any_payload(copy_path),
+        calls.loads,
+        optimizer_has_the_parameters=held == {id(p) for p in model.parameters()},
+    )
+    return seen, (model, optimizer, scaler)
+
+
+@checker("06.2 resume bit for bit")
+def check_resume(save_checkpoint, load_checkpoint):
+    """Save after 6 steps, load into fresh objects, run 6 more: the uninterrupted run, bit for bit."""
+    with preserved_rng(), _scratch() as (folder, _):
+        config = _config()
+        seed_everything(11)
+        model, optimizer, scaler = _fresh(0)
+        _run(model, optimizer, scaler, STEPS_BEFORE)
+        path = os.path.join(folder, "run.ckpt")
+        saved = {
+            "params": _params(model),
+            "optimizer": copy.deepcopy(optimizer.state_dict()),
+            "scaler": dict(scaler.state_dict()),
+            "rng": capture_rng(),
+        }
+        call_learner(save_checkpoint, path, model, optimizer, scaler, STEPS_BEFORE, dict(config))
+        if not os.path.isfile(path):
+            return failed(
+                "save_checkpoint(path, ...) did not create a file at `path`, so there is nothing "
+                "to resume from. Use the `path` argument as the file name."
+            )
+        reference_losses = _run(model, optimizer, scaler, STEPS_AFTER)
+        seen, resumed = _load_into_a_fresh_run(load_checkpoint, path, folder, config, saved)
+        mistake = first_mistake(RESTORE_MISTAKES, seen)
+        if mistake:
+            return failed(mistake.text(seen))
+        try:
+            resumed_losses = _run(*resumed, STEPS_AFTER)
+        except Exception as exc:  # the objects load_checkpoint left behind cannot train
+            return failed(
+                f"After load_checkpoint the next training step failed: {describe_exception(exc)}. "
+                "load_checkpoint must leave the model, optimizer and scaler it was given ready to "
+                "train, as they were at save time."
+            )
+        seen = replace(
+            seen,
+            reference_losses=reference_losses,
+            resumed_losses=resumed_losses,
+            reference_params=_params(model),
+            final_params=_params(resumed[0]),
+        )
+        mistake = first_mistake(RUN_MISTAKES, seen)
+        if mistake:
+            return failed(mistake.text(seen))
+    names = ", ".join(seen.reference_params)
+    return passed(
+        f"Bit for bit: after loading the step-{STEPS_BEFORE} checkpoint into fresh objects with different "
+        f"random states, {STEPS_AFTER} more steps gave torch.equal losses and parameters ({names}) to the "
+        f"uninterrupted run. Step, config, AdamW state, GradScaler state (scale "
+        f"{saved['scaler']['scale']:g}, growth tracker {saved['scaler']['_growth_tracker']}) and the "
+        "Python/NumPy/torch RNG states all round-tripped."
+    )
+
+
+__all__ = ["check_resume", "check_save_checkpoint"]

@@ -1,0 +1,515 @@
+"""Lesson 07 checker: a timing function that warms up, synchronises and times only the step.
+
+The learner writes ``time_step(step_fn, *, warmup, repeats, sync, clock) -> list[float]``: seconds per
+timed call, one entry per repeat. The checker hands it an *instrumented, simulated GPU* so that every
+mistake is observable on any machine, deterministically:
+
+- ``clock()`` is a fake host clock that only moves when the simulation says so (no real time is measured,
+  so a busy laptop cannot make the check flaky);
+- ``step_fn()`` *queues* work on the fake device and returns after a tiny launch time, exactly like a CUDA
+  call: the work finishes later. The first calls are slow (as real first calls are: allocation, autotuning);
+- ``sync()`` waits (moves the fake clock) until the queued work is done;
+- anything done with the step's result (``.item()``, ``torch.isfinite``, ``float``, ``print``) is recorded
+  with its place relative to the clock reads, and — as on a real GPU — waits for the device and costs time.
+
+Each scenario's true cost of every call is known, so the learner's numbers are compared with the truth and
+the events tell *which* rule was broken. The rules are tables of small named ``Mistake`` rules over a
+``TimingRun``, first match wins: ``RESULT_MISTAKES`` (what came back), ``USAGE_MISTAKES`` (how the tools were
+used, what ran inside the timed regions), then — when the times are not right — ``VALUE_MISTAKES`` (what
+the numbers are instead: milliseconds, a running total, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import numbers
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+
+from amp_lessons.checks.harness import call_learner, checker, passed, stop
+from amp_lessons.checks.mistakes import Mistake, first_mistake
+
+LAUNCH_S = 2e-5  # host time to queue one step on the fake device
+SYNC_S = 1e-6  # host time of one sync() call
+DIAGNOSTIC_S = 3e-4  # host time of one diagnostic on the result (.item(), isfinite, print)
+MAX_CALLS = 1000
+
+
+class _TooManyCalls(RuntimeError):
+    pass
+
+
+class FakeDevice:
+    """A simulated asynchronous device with a host clock; records every event in order."""
+
+    def __init__(self, costs):
+        self.costs = list(costs)  # seconds of device work for call 0, 1, 2, ... (last value repeats)
+        self.now = 0.0
+        self.busy_until = 0.0
+        self.calls = 0
+        self.events = []  # ("clock",) ("step", n) ("sync",) ("diag", name) ("cuda-sync",)
+        self.step_args = False
+        self.sync_args = False
+        self.loss = torch.tensor(2.5)
+
+    def cost(self, index: int) -> float:
+        return self.costs[min(index, len(self.costs) - 1)]
+
+    # the three callables the learner receives
+    def step(self, *args, **kwargs):
+        if self.calls >= MAX_CALLS:
+            raise _TooManyCalls(f"step_fn was called more than {MAX_CALLS} times: does your loop end?")
+        if args or kwargs:
+            self.step_args = True
+        start = max(self.now, self.busy_until)
+        self.busy_until = start + self.cost(self.calls)
+        self.now += LAUNCH_S
+        self.calls += 1
+        self.events.append(("step", self.calls))
+        return self.loss
+
+    def sync(self, *args, **kwargs):
+        if args or kwargs:
+            self.sync_args = True
+        self.now = max(self.now, self.busy_until) + SYNC_S
+        self.events.append(("sync",))
+
+    def clock(self):
+        self.events.append(("clock",))
+        return self.now
+
+    # what the harness records
+    def diagnostic(self, name: str) -> None:
+        self.now = max(self.now, self.busy_until) + DIAGNOSTIC_S  # .item() on a GPU result waits for the GPU
+        self.events.append(("diag", name))
+
+    def cuda_synchronize(self, *args, **kwargs):
+        self.now = max(self.now, self.busy_until) + SYNC_S
+        self.events.append(("cuda-sync",))
+
+
+class _Watcher(TorchFunctionMode):
+    """Records every torch operation the learner's code runs (the fake step itself runs none)."""
+
+    def __init__(self, device: FakeDevice):
+        super().__init__()
+        self.device = device
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        self.device.diagnostic(name)
+        return func(*args, **(kwargs or {}))
+
+
+class _PrintRecorder(io.StringIO):
+    def __init__(self, device: FakeDevice):
+        super().__init__()
+        self.device = device
+
+    def write(self, text):
+        if text.strip():
+            self.device.diagnostic("print")
+        return super().write(text)
+
+
+@contextlib.contextmanager
+def _patched_cuda_synchronize(device: FakeDevice):
+    original = torch.cuda.synchronize
+    torch.cuda.synchronize = device.cuda_synchronize
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize = original
+
+
+# Scenarios: (warmup, repeats, costs of every call in order). The first calls are slow like real first calls.
+SCENARIOS = (
+    (3, 6, [0.05, 0.04, 0.010, 0.010, 0.012, 0.009, 0.011, 0.014, 0.010]),
+    (1, 3, [0.06, 0.020, 0.025, 0.021]),
+    (0, 2, [0.007, 0.006]),
+)
+
+
+def _close(a: float, b: float, rel: float = 2e-3, abs_tol: float = 5e-6) -> bool:
+    return math.isfinite(a) and abs(a - b) <= abs_tol + rel * abs(b)
+
+
+def _all_close(got, want, **kw) -> bool:
+    return len(got) == len(want) and all(_close(g, w, **kw) for g, w in zip(got, want))
+
+
+def _plain_number(value):
+    """``value`` as a float when it is a plain real number (not a bool, not a tensor), else None.
+
+    A predicate, not ``harness.as_number``: a tensor or a single number is a mistake of its own here, named
+    by its own rule, so the check must not stop (or accept a one-element tensor) while it looks.
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, torch.Tensor)):
+        return float(value)
+    return None
+
+
+# What one number stands for, when the learner returned one instead of a list (facts: value, expected times).
+SINGLE_NUMBER_MISTAKES = (
+    Mistake(
+        "the total",
+        lambda value, expected: _close(value, sum(expected), rel=0.02),
+        "You returned one number, the TOTAL time of all timed calls. Return a list with one time per "
+        "call (seconds), e.g. `times.append(end - start)` inside the loop.",
+    ),
+    Mistake(
+        "the average",
+        lambda value, expected: _close(value, sum(expected) / len(expected), rel=0.02),
+        "You returned one number, the AVERAGE time per call. Return the list of per-call times instead: "
+        "the median and the spread are computed from it afterwards.",
+    ),
+    Mistake(
+        "the median",
+        lambda value, expected: _close(value, statistics.median(expected), rel=0.02),
+        "You returned one number, the MEDIAN. Return the list of per-call times; the median is taken later.",
+    ),
+    Mistake(
+        "a single number",
+        lambda value, expected: True,
+        "You returned a single number; return a list with one time (in seconds) per timed call.",
+    ),
+)
+
+
+def _describe_single(value: float, expected: list) -> str:
+    return first_mistake(SINGLE_NUMBER_MISTAKES, value, expected).text(value, expected)
+
+
+def _timed_windows(events):
+    """Events between consecutive clock reads; a window that contains a step is a timed region."""
+    windows, current, seen_clock = [], [], False
+    for event in events:
+        if event[0] == "clock":
+            if seen_clock:
+                windows.append(current)
+            current, seen_clock = [], True
+        elif seen_clock:
+            current.append(event)
+    return [w for w in windows if any(e[0] == "step" for e in w)]
+
+
+def _run_scenario(time_step, warmup: int, repeats: int, costs: list):
+    device = FakeDevice(costs)
+    recorder = _PrintRecorder(device)
+    with _patched_cuda_synchronize(device), contextlib.redirect_stdout(recorder), _Watcher(device):
+        result = call_learner(
+            time_step,
+            device.step,
+            warmup=warmup,
+            repeats=repeats,
+            sync=device.sync,
+            clock=device.clock,
+            what="`time_step`",
+        )
+    return device, result
+
+
+@dataclass
+class TimingRun:
+    """One scenario as the rules see it: what time_step returned, the simulated device's record, the truth."""
+
+    device: FakeDevice
+    result: object
+    warmup: int
+    repeats: int
+
+    @property
+    def expected(self) -> list:
+        """What each timed call really took: the device work plus one sync()."""
+        return [self.device.cost(self.warmup + i) + SYNC_S for i in range(self.repeats)]
+
+    @property
+    def where(self) -> str:
+        return f"(warmup={self.warmup}, repeats={self.repeats})"
+
+    @property
+    def kinds(self) -> list:
+        return [e[0] for e in self.device.events]
+
+    @property
+    def listed(self):
+        """The result, a NumPy array read as a list (anything else as it is)."""
+        return self.result.reshape(-1).tolist() if isinstance(self.result, np.ndarray) else self.result
+
+    @property
+    def values(self) -> list:
+        """The returned times as floats (only once the result rules found a list of plain numbers)."""
+        return [_plain_number(v) for v in self.listed]
+
+    def first_non_number(self) -> int:
+        return next(i for i, v in enumerate(self.listed) if _plain_number(v) is None)
+
+    def diagnostics_timed(self) -> list:
+        """Sorted names of the diagnostics in the first timed region that has any ([] when none)."""
+        for window in _timed_windows(self.device.events):
+            names = sorted({e[1] for e in window if e[0] == "diag"})
+            if names:
+                return names
+        return []
+
+
+def _not_a_list_message(run: TimingRun) -> str:
+    return (
+        f"time_step returned {type(run.listed).__name__} ({str(run.listed)[:60]!r}); return a list with "
+        "one time in seconds per timed call. Did you forget `return times`?"
+    )
+
+
+def _non_number_message(run: TimingRun) -> str:
+    i = run.first_non_number()
+    return (
+        f"Entry {i} of your list is a {type(run.listed[i]).__name__}; every entry must be a plain number "
+        "of seconds, e.g. `end - start` with both values from clock()."
+    )
+
+
+# What came back (checked in this order before anything else).
+RESULT_MISTAKES = (
+    Mistake(
+        "one number",
+        lambda run: _plain_number(run.result) is not None,
+        lambda run: _describe_single(_plain_number(run.result), run.expected) + f" {run.where}",
+    ),
+    Mistake(
+        "a tensor",
+        lambda run: isinstance(run.result, torch.Tensor),
+        lambda run: (
+            "You returned a tensor; return a plain Python list of floats (seconds per call), "
+            f"e.g. `times.append(end - start)` with numbers from clock(). {run.where}"
+        ),
+    ),
+    Mistake("not a list", lambda run: not isinstance(run.listed, (list, tuple)), _not_a_list_message),
+    Mistake(
+        "an entry that is not a number",
+        lambda run: any(_plain_number(v) is None for v in run.listed),
+        _non_number_message,
+    ),
+)
+
+
+# How the learner used the tools, and what happened around each step (a list of numbers came back).
+USAGE_MISTAKES = (
+    Mistake(
+        "called torch.cuda.synchronize",
+        lambda run: "cuda-sync" in run.kinds,
+        "You called torch.cuda.synchronize() directly. Use the `sync` argument you were given: it is "
+        "torch.cuda.synchronize on a GPU, a no-op on a CPU, and the checker can watch it.",
+    ),
+    Mistake(
+        "arguments to step_fn",
+        lambda run: run.device.step_args,
+        "You passed arguments to step_fn; call it as `step_fn()` with no arguments.",
+    ),
+    Mistake(
+        "arguments to sync",
+        lambda run: run.device.sync_args,
+        "You passed arguments to sync; call it as `sync()`: it already knows its device "
+        "(the lesson builds it with make_synchronizer(device)).",
+    ),
+    Mistake(
+        "never read the clock",
+        lambda run: "clock" not in run.kinds,
+        "You never called `clock()`: use the clock you were given (time.perf_counter by default) for "
+        "both readings, so the checker's simulated device can judge your timing.",
+    ),
+    Mistake(
+        "NaN or infinity",
+        lambda run: any(not math.isfinite(v) for v in run.values),
+        lambda run: (
+            f"Your list contains NaN or infinity: {run.values}. Each entry is `end - start` for one call."
+        ),
+    ),
+    Mistake(
+        "negative times",
+        lambda run: any(v < 0 for v in run.values),
+        "Your times are negative: you subtracted the wrong way round. A duration is "
+        "`end - start` (the later reading minus the earlier one).",
+    ),
+    Mistake(
+        "never called step_fn",
+        lambda run: run.device.calls == 0,
+        "You never call `step_fn()`: it was not called once, so you timed nothing. Did you write "
+        "`step_fn` without parentheses? Call it: `step_fn()`.",
+    ),
+    Mistake(
+        "no warm-up",
+        lambda run: run.device.calls == run.repeats and run.warmup > 0,
+        lambda run: (
+            f"No warm-up: step_fn was called only {run.device.calls} times, all of them timed. Call it `warmup` "
+            "times first, untimed, then sync(): the first calls are slow (allocation, autotuning). "
+            f"{run.where}"
+        ),
+    ),
+    Mistake(
+        "a wrong number of calls",
+        lambda run: run.device.calls != run.warmup + run.repeats,
+        lambda run: (
+            f"step_fn was called {run.device.calls} times, but warm-up + repeats = {run.warmup} + {run.repeats} "
+            f"= {run.warmup + run.repeats}. Check your loop counts (`range(warmup)`, `range(repeats)`). "
+            f"{run.where}"
+        ),
+    ),
+    Mistake(
+        "warm-up calls in the list",
+        lambda run: len(run.values) == run.warmup + run.repeats and run.warmup > 0,
+        lambda run: (
+            f"You returned {len(run.values)} times: the warm-up calls are in your list. Time and return "
+            f"only the {run.repeats} calls after the warm-up. {run.where}"
+        ),
+    ),
+    Mistake(
+        "one number in a list",
+        lambda run: len(run.values) != run.repeats and len(run.values) == 1,
+        lambda run: _describe_single(run.values[0], run.expected) + f" {run.where}",
+    ),
+    Mistake(
+        "a wrong number of times",
+        lambda run: len(run.values) != run.repeats,
+        lambda run: (
+            f"You returned {len(run.values)} times, but repeats={run.repeats}: return one time per timed call. "
+            f"{run.where}"
+        ),
+    ),
+    Mistake(
+        "diagnostics in the timed region",
+        lambda run: run.diagnostics_timed(),
+        lambda run: (
+            "You run diagnostics inside the timed region ("
+            + ", ".join(f"`{n}`" for n in run.diagnostics_timed())
+            + " between the clock readings around a step). On a GPU each `.item()`/`isfinite`/print waits for "
+            "the device and adds host work, so you time your checks too. Keep the results and check them after "
+            "timing."
+        ),
+    ),
+    Mistake(
+        "never synced",
+        lambda run: "sync" not in run.kinds,
+        lambda run: (
+            "You never call `sync()`. On a GPU step_fn() returns as soon as the work is queued, so your clock "
+            "measured the launch, not the work: times like "
+            f"{run.values[0]:.6f} s where the step really takes {run.expected[0]:.6f} s. Call sync() after the "
+            "warm-up and after each step, before reading the clock."
+        ),
+    ),
+)
+
+
+def _running_total(run: TimingRun) -> bool:
+    cumulative = [sum(run.expected[: i + 1]) for i in range(run.repeats)]
+    return run.repeats > 1 and _all_close(run.values, cumulative, rel=0.02)
+
+
+def _same_average(run: TimingRun) -> bool:
+    mean = sum(run.expected) / run.repeats
+    return run.repeats > 1 and all(_close(v, mean, rel=0.02) for v in run.values)
+
+
+def _unit(run: TimingRun):
+    """("microseconds", 1e6) or ("nanoseconds", 1e9) when the times are right in that unit, else None."""
+    units = (("microseconds", 1e6), ("nanoseconds", 1e9))
+    return next(
+        (
+            (name, factor)
+            for name, factor in units
+            if _all_close(run.values, [e * factor for e in run.expected])
+        ),
+        None,
+    )
+
+
+def _leftover_warmup(run: TimingRun) -> bool:
+    values, expected = run.values, run.expected
+    return values[0] > 1.5 * expected[0] and _all_close(values[1:], expected[1:], rel=0.02)
+
+
+# The numbers themselves, when every rule above was kept but the times are not what each call took.
+VALUE_MISTAKES = (
+    Mistake(
+        "milliseconds",
+        lambda run: _all_close(run.values, [e * 1e3 for e in run.expected]),
+        "Your numbers are milliseconds (1000x too large); return seconds, as clock() gives them.",
+    ),
+    Mistake(
+        "another unit",
+        lambda run: _unit(run) is not None,
+        lambda run: (
+            f"Your numbers are {_unit(run)[0]} ({_unit(run)[1]:.0e} times too large); return seconds, as clock() "
+            "gives them."
+        ),
+    ),
+    Mistake(
+        "a running total",
+        _running_total,
+        "Your times grow call after call: each is the time since the FIRST call started (a running "
+        "total). Reset the start for every call: `start = clock()` inside the loop.",
+    ),
+    Mistake(
+        "the same average",
+        _same_average,
+        "Every entry is the same average (total / repeats). Time each call on its own so the median and "
+        "the spread mean something.",
+    ),
+    Mistake(
+        "the clock stopped before the device finished",
+        lambda run: all(v < 0.2 * e for v, e in zip(run.values, run.expected)),
+        lambda run: (
+            "Your clock stopped before the device finished: the times are about the launch time "
+            f"({run.values[0]:.6f} s) while the step takes {run.expected[0]:.6f} s. Call sync() after "
+            "step_fn() and BEFORE reading the clock at the end."
+        ),
+    ),
+    Mistake(
+        "leftover warm-up work",
+        _leftover_warmup,
+        lambda run: (
+            "Your first timed call also includes leftover warm-up work still queued on the device "
+            f"({run.values[0]:.4f} s instead of {run.expected[0]:.4f} s). Call sync() after the warm-up, before "
+            "the first clock reading."
+        ),
+    ),
+    Mistake(
+        "times that match nothing known",
+        lambda run: True,
+        lambda run: (
+            "Your times do not match what each call really took on the simulated device: "
+            f"got {[round(v, 6) for v in run.values]}, expected {[round(e, 6) for e in run.expected]} seconds. "
+            "Time each call as: start = clock(); step_fn(); sync(); times.append(clock() - start)."
+        ),
+    ),
+)
+
+
+def _judge(device: FakeDevice, result, warmup: int, repeats: int):
+    """None when right, else the failed message naming the mistake (the first rule, table by table)."""
+    run = TimingRun(device, result, warmup, repeats)
+    rule = first_mistake(RESULT_MISTAKES + USAGE_MISTAKES, run)
+    if rule is None and _all_close(run.values, run.expected):
+        return None
+    rule = rule or first_mistake(VALUE_MISTAKES, run)
+    return rule.text(run)
+
+
+@checker("07.1 time_step")
+def check_time_step(time_step):
+    """``time_step(step_fn, *, warmup, repeats, sync, clock)`` returns seconds per call, honestly timed."""
+    for warmup, repeats, costs in SCENARIOS:
+        device, result = _run_scenario(time_step, warmup, repeats, costs)
+        problem = _judge(device, result, warmup, repeats)
+        if problem:
+            stop(problem)
+    return passed(
+        "Warm-up untimed, sync() before each clock reading that ends a call, one time per call in seconds, "
+        f"and nothing else inside the timed region — right on all {len(SCENARIOS)} simulated-device "
+        "scenarios."
+    )

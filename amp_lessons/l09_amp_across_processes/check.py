@@ -1,0 +1,631 @@
+"""Lesson 09's checker: ``synced_train_step``, an AMP step whose gradients the learner averages over ranks
+by hand (no DDP wrapper), run for real on 2 gloo processes.
+
+Why this exercise. DDP hides the one thing that must hold across ranks: every rank has the *same*
+gradients before the GradScaler looks for inf/NaN, so every rank makes the same skip decision and the
+replicas stay identical. As soon as people leave DDP (a model DDP cannot wrap, a hand-written
+``all_reduce`` as in the PyTorch tutorials, sharded optimizers) they reach for lesson 03's step and put the
+all-reduce somewhere: after ``unscale_`` (the inf check is then made on one rank's own gradients), after
+clipping (each rank clips by its own norm), or they sum without dividing, or they log their own rank's
+loss. Each of those trains *something* without an error, which is why it needs a checker.
+
+How the check works. ``amp_lessons.l09_amp_across_processes.distributed.run_ranks`` starts 2 processes joined by a gloo group
+(forked on Linux: about half a second in all; spawned elsewhere: a few seconds, each imports torch). On
+each rank a tiny classifier takes 6 steps of the learner's function on its slice of a fixed batch; rank
+1's slices are larger in magnitude (so the ranks' own gradient norms differ), step 2 gives rank 1 a loss
+that overflows once scaled (the other rank's is normal), and steps 3 and 5 clip. Each rank reports its
+weights, its scale and the loss it returned after every step. The parent replays the same 6 steps for
+both ranks in one process, combining the gradients the right way and in each known wrong way; a learner
+whose ranks match the right replay passes, one that matches a wrong replay is told which, and ranks that
+disagree are told at which step and how.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from amp_lessons.checks.harness import (
+    NOT_DONE,
+    LearnerProblem,
+    as_number,
+    call_learner,
+    checker,
+    failed,
+    passed,
+)
+from amp_lessons.checks.mistakes import Mistake, first_mistake
+from amp_lessons.core.display import scale_text
+from amp_lessons.core.environment import dtype_name, one_cpu_thread, probe_autocast
+from amp_lessons.core.models import TinyClassifier, seeded_weights
+from amp_lessons.l09_amp_across_processes.distributed import run_ranks, start_method
+
+WORLD = 2
+ROWS = 8  # rows per rank and step
+SPIKE_STEP, SPIKE_RANK = 2, 1
+PLAN = (None, None, None, 0.05, None, 0.05)  # max_norm per step: steps 3 and 5 clip
+LOSS_SPIKE = 1e37  # finite, but times any loss scale >= 32 it overflows float32
+INIT_SCALE = 2.0**10
+TASK_TIMEOUT_S = 5.0  # 6 steps take a fraction of a second; forked ranks start in well under one,
+START_TIMEOUT_S = {"fork": 6.0, "spawn": 13.0}  # spawned ones import torch first (the harness stops at 20 s)
+COLLECTIVE_TIMEOUT_S = 4.0
+NAME = "`synced_train_step`"
+
+
+# ------------------------------------------------------------------------------------------ the scenario
+
+
+@functools.lru_cache(maxsize=1)
+def _dtype() -> torch.dtype:
+    return torch.float16 if probe_autocast(torch.device("cpu"), torch.float16)[0] else torch.bfloat16
+
+
+class MinimalSGD:
+    """Plain SGD (``p -= lr * p.grad``, what ``torch.optim.SGD(lr=...)`` does without momentum) with the
+    interface a training step uses: ``param_groups``, ``zero_grad``, ``step``; GradScaler accepts it.
+
+    Why not ``torch.optim.SGD``: building the first torch.optim optimizer in a process imports
+    ``torch._dynamo``, several seconds in each freshly spawned rank (macOS, Windows), which would eat the
+    check's time budget before the learner's code even runs. SGD, not Adam, because a summed gradient
+    must show up as a doubled step (Adam is scale-invariant and would hide it).
+    """
+
+    def __init__(self, params, lr: float):
+        self.param_groups = [{"params": list(params), "lr": lr}]
+        self.state = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.detach_().zero_()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+def _fresh():
+    with seeded_weights(3):
+        model = TinyClassifier(in_features=6, hidden=16, classes=4)
+    optimizer = MinimalSGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_interval=3)
+    return model, optimizer, scaler
+
+
+def _batch(step: int, rank: int):
+    generator = torch.Generator().manual_seed(500 + step)
+    inputs = torch.randn(WORLD * ROWS, 6, generator=generator)
+    targets = torch.randint(0, 4, (WORLD * ROWS,), generator=generator)
+    inputs[ROWS:] *= 3.0  # rank 1's rows: larger gradients, so the ranks' own norms differ
+    return inputs.chunk(WORLD)[rank].clone(), targets.chunk(WORLD)[rank].clone()
+
+
+def spiked_loss(outputs, targets):
+    """Rank 1's loss at the spike step: finite (about 1e37), inf once the scaler multiplies it."""
+    return nn.functional.cross_entropy(outputs, targets) * LOSS_SPIKE
+
+
+def _loss_fn(step: int, rank: int):
+    return spiked_loss if (step == SPIKE_STEP and rank == SPIKE_RANK) else nn.functional.cross_entropy
+
+
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+
+
+def _returned(value):
+    """The learner's return value as a float, or the message saying what it was instead."""
+    try:
+        return as_number(
+            value,
+            f"{NAME} returned",
+            "return the loss averaged over ranks (a number or a one-element tensor)",
+        )
+    except LearnerProblem as problem:
+        return problem.result.message
+
+
+def warm_up() -> None:
+    """Run in each rank before it reports ready: a first autocast step sets up what a spawned process has
+    not loaded yet, so the deadline for the learner's steps measures only their steps."""
+    model, optimizer, scaler = _fresh()
+    with torch.autocast("cpu", dtype=_dtype()):
+        loss = model(torch.zeros(2, 6)).float().sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def rank_task(rank: int, world: int, fn, dtype) -> dict:
+    """What each of the 2 processes runs: 6 steps of the learner's function, recording after each."""
+    model, optimizer, scaler = _fresh()
+    records = []
+    for step, max_norm in enumerate(PLAN):
+        inputs, targets = _batch(step, rank)
+        try:
+            value = call_learner(
+                fn,
+                model,
+                optimizer,
+                scaler,
+                _loss_fn(step, rank),
+                inputs,
+                targets,
+                dtype=dtype,
+                max_norm=max_norm,
+                what=NAME,
+            )
+        except LearnerProblem as problem:
+            return {"problem": problem.result, "step": step, "records": records}
+        records.append({"returned": _returned(value), "params": _flat(model), "scale": scaler.get_scale()})
+    return {"records": records}
+
+
+# -------------------------------------------------------------------------------- the replays (models)
+
+
+def _combine(grads: list, how: str) -> list:
+    """Each rank's gradients after combining them ``how``; grads[r] is rank r's list of tensors."""
+    if how == "none":
+        return grads
+    if how == "rank0":
+        return [[g.clone() for g in grads[0]] for _ in grads]
+    total = [sum(parts) for parts in zip(*grads)]
+    divisor = {"mean": WORLD, "sum": 1, "twice": WORLD * WORLD, "local_clip": WORLD}[how]
+    return [[t / divisor for t in total] for _ in grads]
+
+
+@functools.lru_cache(maxsize=8)
+def replay(how: str, dtype: torch.dtype) -> dict:
+    """Both ranks' weights, scales and losses after each step when the gradients are combined ``how``:
+    "mean" (right), "sum", "twice" (divided by world twice), "rank0" (broadcast from rank 0), "none" (no
+    all-reduce), "local_clip" (each rank unscales and clips its own gradients, then they are averaged)."""
+    runs = [_fresh() for _ in range(WORLD)]
+    out = {"params": [[] for _ in runs], "scale": [[] for _ in runs], "local": [[] for _ in runs], "mean": []}
+    with one_cpu_thread():
+        for step, max_norm in enumerate(PLAN):
+            grads, losses = [], []
+            for rank, (model, optimizer, scaler) in enumerate(runs):
+                optimizer.zero_grad(set_to_none=True)
+                inputs, targets = _batch(step, rank)
+                with torch.autocast("cpu", dtype=dtype):
+                    loss = _loss_fn(step, rank)(model(inputs), targets)
+                scaler.scale(loss).backward()
+                if how == "local_clip" and max_norm is not None:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+                grads.append([p.grad for p in model.parameters()])
+                losses.append(float(loss.detach()))
+            for (model, optimizer, scaler), combined in zip(runs, _combine(grads, how)):
+                for p, g in zip(model.parameters(), combined):
+                    p.grad = g.clone()
+                if max_norm is not None and how != "local_clip":
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+                scaler.step(optimizer)
+                scaler.update()
+            for rank, (model, _, scaler) in enumerate(runs):
+                out["params"][rank].append(_flat(model))
+                out["scale"][rank].append(scaler.get_scale())
+                out["local"][rank].append(losses[rank])
+            out["mean"].append(sum(losses) / WORLD)
+    return out
+
+
+# ------------------------------------------------------------------------------------- what was seen
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal up to the rounding of a different order of additions (a model cast to half still compares)."""
+    if a.shape != b.shape:
+        return False
+    return bool(torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-6, equal_nan=True))
+
+
+def _matches(traj: list, model: list) -> bool:
+    return all(_same(a, b) for a, b in zip(traj, model))
+
+
+@dataclass
+class Seen:
+    """Both ranks' records, lined up by step, and the replays to compare them with."""
+
+    params: list  # [rank][step] flat weights
+    scales: list  # [rank][step]
+    returned: list  # [rank][step] float, or the message saying what it was instead
+    dtype: torch.dtype
+    replays: dict = field(default_factory=dict)
+
+    def replay(self, how: str) -> dict:
+        if how not in self.replays:
+            self.replays[how] = replay(how, self.dtype)
+        return self.replays[how]
+
+    def like(self, how: str) -> bool:
+        """Do both ranks' weights follow the replay ``how`` at every step?"""
+        model = self.replay(how)["params"]
+        return all(_matches(self.params[rank], model[rank]) for rank in range(WORLD))
+
+    def ranks_agree(self, step: int) -> bool:
+        return _same(self.params[0][step], self.params[1][step])
+
+    @property
+    def first_disagreement(self):
+        return next((step for step in range(len(PLAN)) if not self.ranks_agree(step)), None)
+
+    @property
+    def first_deviation(self):
+        right = self.replay("mean")["params"]
+        return next(
+            (
+                s
+                for s in range(len(PLAN))
+                if not all(_same(self.params[r][s], right[r][s]) for r in range(WORLD))
+            ),
+            None,
+        )
+
+    def skipped(self, rank: int, step: int) -> bool:
+        before = INIT_SCALE if step == 0 else self.scales[rank][step - 1]
+        return self.scales[rank][step] < before
+
+    def finite(self, rank: int, step: int) -> bool:
+        return bool(torch.isfinite(self.params[rank][step]).all())
+
+    def spike_story(self) -> str:
+        parts = []
+        for rank in range(WORLD):
+            before = self.scales[rank][SPIKE_STEP - 1]
+            state = "skipped" if self.skipped(rank, SPIKE_STEP) else "stepped"
+            weights = "" if self.finite(rank, SPIKE_STEP) else ", and its weights became NaN/inf"
+            parts.append(
+                f"rank {rank} {state} (scale {scale_text(before)} -> "
+                f"{scale_text(self.scales[rank][SPIKE_STEP])}){weights}"
+            )
+        return "; ".join(parts)
+
+
+@functools.lru_cache(maxsize=1)
+def _initial_weights() -> torch.Tensor:
+    return _flat(_fresh()[0])
+
+
+def _never_moved(seen: Seen) -> list:
+    """Ranks whose weights are still the initial ones after every step (scaler.step never applied there)."""
+    return [r for r in range(WORLD) if all(torch.equal(p, _initial_weights()) for p in seen.params[r])]
+
+
+def _ranks_differ_from_start(seen: Seen) -> bool:
+    return not seen.ranks_agree(0)
+
+
+def _local_skip_decision(seen: Seen) -> bool:
+    step = SPIKE_STEP
+    decisions = {seen.skipped(rank, step) for rank in range(WORLD)}
+    finite = {seen.finite(rank, step) for rank in range(WORLD)}
+    return len(decisions) > 1 or len(finite) > 1
+
+
+RANK_RULES = (
+    Mistake(
+        "weights never updated",
+        lambda seen: bool(_never_moved(seen)),
+        lambda seen: (
+            f"{' and '.join(f'rank {r}' for r in _never_moved(seen))} never changed its weights in {len(PLAN)} "
+            "steps: scaler.step(optimizer) was never applied there. Every rank holds its own replica and must "
+            "call scaler.step(optimizer) and scaler.update() itself (not only rank 0, not only when the loss "
+            "looks finite): the all-reduce makes the gradients equal, the step makes the replicas move."
+        ),
+    ),
+    Mistake(
+        "gradients never combined",
+        _ranks_differ_from_start,
+        lambda seen: (
+            "The ranks drift apart from the first step: after step 0 rank 0's and rank 1's weights already "
+            "differ, so each rank trained on its own slice only. Average the gradients over ranks after "
+            "backward: for every parameter, dist.all_reduce(p.grad, op=dist.ReduceOp.SUM), then divide by "
+            "dist.get_world_size(). (DDP does exactly this inside backward.)"
+        ),
+    ),
+    Mistake(
+        "skip decision made on one rank's gradients",
+        _local_skip_decision,
+        lambda seen: (
+            f"Different skip decisions at step {SPIKE_STEP}, where only rank {SPIKE_RANK}'s scaled loss "
+            f"overflowed: {seen.spike_story()}. The inf/NaN check ran before the gradients were combined — "
+            "scaler.unscale_(optimizer) records its found-inf verdict when it is called, so calling it before "
+            "the all-reduce lets each rank judge its own gradients, and the all-reduce then spreads the inf to "
+            "a rank that has already decided to step. All-reduce first; then unscale_, clip and scaler.step, "
+            "so every rank sees the same averaged gradients and skips together."
+        ),
+    ),
+    Mistake(
+        "ranks disagree",
+        lambda seen: seen.first_disagreement is not None,
+        lambda seen: (
+            f"The ranks' weights differ after step {seen.first_disagreement} (the replicas must stay identical: "
+            "every rank has to apply the same averaged gradients). Is every parameter's gradient all-reduced on "
+            "every rank, and nothing done on one rank only (e.g. under `if rank == 0`)?"
+        ),
+    ),
+)
+
+TRAJECTORY_RULES = (
+    Mistake(
+        "summed, not averaged",
+        lambda seen: seen.like("sum"),
+        (
+            "The ranks agree, but every update is 2x too large: you summed the gradients over ranks without "
+            "dividing by the world size. The loss is a mean over each rank's rows, so the gradient of the "
+            "whole batch is the mean of the ranks' gradients. With Adam this can hide (it is scale-invariant), "
+            "but clipping thresholds and SGD steps then mean world_size times what you think. Divide by "
+            "dist.get_world_size() after the SUM (or use ReduceOp.AVG where the backend supports it)."
+        ),
+    ),
+    Mistake(
+        "averaged twice",
+        lambda seen: seen.like("twice"),
+        (
+            "The ranks agree, but every update is half as large as it should be: the gradients were divided by "
+            "the world size twice (e.g. ReduceOp.AVG followed by a division, or the loss divided by the world "
+            "size before backward *and* the sum divided again). Divide once."
+        ),
+    ),
+    Mistake(
+        "only rank 0's gradients",
+        lambda seen: seen.like("rank0"),
+        (
+            "The ranks agree, but they follow rank 0's gradients only: rank 1's data never reaches the update "
+            f"(at step {SPIKE_STEP}, where rank 1's loss overflowed, nobody skipped). dist.broadcast copies one "
+            "rank's tensor to all; dist.all_reduce(..., op=ReduceOp.SUM) adds every rank's. Use all_reduce and "
+            "divide by the world size."
+        ),
+    ),
+    Mistake(
+        "clipped each rank's own gradients",
+        lambda seen: seen.like("local_clip"),
+        (
+            "The skip decision is right, but at the clipping steps (3 and 5) each rank clipped its *own* "
+            "gradients by its own norm before they were averaged: rank 1's larger gradients were scaled down "
+            "by a different factor than rank 0's, so the average is not the clipped batch gradient. Clip after "
+            "the all-reduce: all-reduce, then scaler.unscale_, then clip_grad_norm_ — the norm is then the "
+            "norm of the batch gradient, the same on every rank."
+        ),
+    ),
+    Mistake(
+        "overflow not skipped",
+        lambda seen: not any(seen.skipped(r, SPIKE_STEP) for r in range(WORLD)),
+        lambda seen: (
+            f"At step {SPIKE_STEP} rank {SPIKE_RANK}'s scaled loss overflowed, but no rank skipped the step "
+            f"({seen.spike_story()}). The GradScaler must see the inf in the averaged gradients: do not replace "
+            "non-finite values (nan_to_num, clamping) and let scaler.step(optimizer) decide."
+        ),
+    ),
+    Mistake(
+        "wrong update",
+        lambda seen: seen.first_deviation is not None,
+        lambda seen: (
+            f"The ranks agree with each other, but from step {seen.first_deviation} on their weights differ "
+            "from one AMP step on the averaged gradients (zero_grad, autocast over forward and loss, "
+            "scaler.scale(loss).backward(), all-reduce and divide, unscale_ and clip when max_norm is given, "
+            "scaler.step, scaler.update). Compare your order with lesson 03's train_step."
+        ),
+    ),
+)
+
+
+def _loss_close(value, expected: float) -> bool:
+    return isinstance(value, float) and math.isclose(value, expected, rel_tol=1e-4, abs_tol=1e-6)
+
+
+def _loss_is(seen: Seen, expected) -> bool:
+    """Does every returned value equal ``expected(rank, step)`` (over the steps without the spike)?"""
+    steps = [s for s in range(len(PLAN)) if s != SPIKE_STEP]
+    return all(_loss_close(seen.returned[r][s], expected(r, s)) for r in range(WORLD) for s in steps)
+
+
+def _returned_text(seen: Seen, step: int = 0) -> str:
+    return ", ".join(f"rank {r}: {seen.returned[r][step]:.6g}" for r in range(WORLD))
+
+
+def _scaled_batch_loss(seen: Seen, rank: int, step: int) -> float:
+    """The batch loss times the scale rank ``rank`` used at ``step`` (what scaler.scale(loss) holds)."""
+    scale = INIT_SCALE if step == 0 else seen.scales[rank][step - 1]
+    return seen.replay("mean")["mean"][step] * scale
+
+
+LOSS_RULES = (
+    Mistake(
+        "returned its own rank's loss",
+        lambda seen: _loss_is(seen, lambda r, s: seen.replay("mean")["local"][r][s]),
+        lambda seen: (
+            f"The weights are right, but each rank returned the loss of its own slice ({_returned_text(seen)} at "
+            f"step 0; the batch loss is {seen.replay('mean')['mean'][0]:.6g}). A log written by rank 0 then "
+            "shows half of the data, and ranks disagree about the number. All-reduce a detached copy of the "
+            "loss (SUM) and divide by the world size."
+        ),
+    ),
+    Mistake(
+        "returned the scaled loss",
+        lambda seen: _loss_is(seen, functools.partial(_scaled_batch_loss, seen)),
+        lambda seen: (
+            f"The weights are right, but the returned loss ({_returned_text(seen)} at step 0) is the *scaled* "
+            f"loss, {scale_text(INIT_SCALE)} times the batch loss ({seen.replay('mean')['mean'][0]:.6g}): "
+            "scaler.scale(loss) is only for backward. Average the unscaled loss (loss.detach()) over ranks."
+        ),
+    ),
+    Mistake(
+        "returned the summed loss",
+        lambda seen: _loss_is(seen, lambda r, s: WORLD * seen.replay("mean")["mean"][s]),
+        lambda seen: (
+            f"The weights are right, but the returned loss ({_returned_text(seen)} at step 0) is the sum over "
+            f"ranks, {WORLD}x the batch loss ({seen.replay('mean')['mean'][0]:.6g}). Divide by the world size."
+        ),
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------- the check
+
+
+PEER_TROUBLE = ("closed by peer", "connection reset", "timed out", "timeout", "broken pipe")
+
+
+def _collective_mismatch(result, problems) -> str | None:
+    """Where a rank was when its partner stopped answering (None when nothing points at a collective)."""
+    stuck = [
+        f"rank {o.rank} was still running when the check stopped it"
+        for o in result.outcomes
+        if o.status == "timeout"
+    ]
+    stuck += [
+        f"rank {o.rank} was stopped by gloo because the ranks' collectives did not match ({o.error[-40:]})"
+        for o in result.outcomes
+        if o.status == "crashed" and "mismatch" in o.output.lower()
+    ]
+    for rank, problem in problems:
+        if any(word in problem.message.lower() for word in PEER_TROUBLE):
+            where = problem.message.rsplit("(at ", 1)[-1].rstrip(")") if "(at " in problem.message else ""
+            stuck.append(f"rank {rank} was left alone in a collective" + (f" at {where}" if where else ""))
+    return "; ".join(stuck) or None
+
+
+def _outcome_problem(result):
+    """A failed/not-done CheckResult when the ranks did not both finish normally, else None."""
+    problems = [
+        (o.rank, o.value["problem"])
+        for o in result.outcomes
+        if o.status == "ok" and isinstance(o.value, dict) and "problem" in o.value
+    ]
+    mismatch = _collective_mismatch(result, problems)
+    if mismatch:
+        return failed(
+            f"The ranks did not run the same collectives: {mismatch}. A rank waits in a collective "
+            "(all_reduce, broadcast, barrier) until every rank has joined it, so a collective that only some "
+            "ranks call (under `if dist.get_rank() == 0`, or for a parameter whose .grad is None on one "
+            "rank) hangs or fails. Call the same collectives in the same order on every rank. (The check "
+            "stopped both processes.)"
+        )
+    if problems:
+        return next((p for _, p in problems if p.status == NOT_DONE), problems[0][1])
+    if result.ok:
+        return None
+    if any(o.status == "not started" for o in result.outcomes):
+        return failed(
+            f"The 2 processes did not start in time ({result.describe().replace(chr(10), '; ')}): "
+            "each one joins a gloo group (and, where it is spawned, imports torch) first. This "
+            "machine is busy or slow; nothing is wrong with your function yet. Run the check "
+            "again."
+        )
+    errors = [
+        o.error.strip().splitlines()[-1] for o in result.outcomes if o.status == "error" and o.error.strip()
+    ]
+    if any("avg" in e.lower() for e in errors):
+        return failed(
+            f"ReduceOp.AVG failed on the gloo backend of this torch ({errors[0]}). Use "
+            "ReduceOp.SUM and divide by dist.get_world_size(): it works on every backend."
+        )
+    said = [
+        o.output.strip().splitlines()[-1] for o in result.outcomes if o.status != "ok" and o.output.strip()
+    ]
+    return failed(
+        f"A rank failed before it could report ({result.describe().replace(chr(10), '; ')})"
+        + (f"; its last output: {said[0][:300]}" if said else "")
+        + ". If nothing in your function "
+        "explains it, please report this message."
+    )
+
+
+def _seen(result, dtype) -> Seen | str:
+    records = [o.value["records"] for o in result.outcomes]
+    returned = [[r["returned"] for r in rank] for rank in records]
+    junk = next((value for rank in returned for value in rank if isinstance(value, str)), None)
+    if junk is not None:
+        return junk
+    return Seen(
+        params=[[r["params"] for r in rank] for rank in records],
+        scales=[[r["scale"] for r in rank] for rank in records],
+        returned=returned,
+        dtype=dtype,
+    )
+
+
+def _details(seen: Seen) -> list:
+    lines = []
+    for step, max_norm in enumerate(PLAN):
+        what = "spike on rank 1" if step == SPIKE_STEP else (f"clip at {max_norm}" if max_norm else "plain")
+        ranks = "; ".join(
+            f"rank {r}: {'skipped' if seen.skipped(r, step) else 'stepped'}, "
+            f"scale {scale_text(seen.scales[r][step])}"
+            for r in range(WORLD)
+        )
+        lines.append(f"step {step} ({what}): {ranks}")
+    return lines
+
+
+@checker("09.1 synced AMP step")
+def check_synced_train_step(synced_train_step):
+    """Run the learner's step on 2 gloo processes for 6 steps; compare with the right and wrong replays."""
+    dtype = _dtype()
+    replay("mean", dtype)  # needed anyway; forked ranks also inherit what it set up
+    method = start_method()
+    result = run_ranks(
+        rank_task,
+        synced_train_step,
+        dtype,
+        world_size=WORLD,
+        timeout_s=TASK_TIMEOUT_S,
+        start_timeout_s=START_TIMEOUT_S.get(method, 13.0),
+        collective_timeout_s=COLLECTIVE_TIMEOUT_S,
+        prepare=warm_up,
+        method=method,
+    )
+    problem = _outcome_problem(result)
+    if problem is not None:
+        return problem
+    seen = _seen(result, dtype)
+    if isinstance(seen, str):
+        return failed(seen)
+    for rules in (RANK_RULES, TRAJECTORY_RULES, LOSS_RULES):
+        mistake = first_mistake(rules, seen)
+        if mistake is not None:
+            return failed(mistake.text(seen), _details(seen))
+    right = seen.replay("mean")["mean"]
+    wrong_loss = next(
+        (
+            (r, s)
+            for r in range(WORLD)
+            for s in range(len(PLAN))
+            if s != SPIKE_STEP and not _loss_close(seen.returned[r][s], right[s])
+        ),
+        None,
+    )
+    if wrong_loss is not None:
+        rank, step = wrong_loss
+        return failed(
+            f"The weights are right on both ranks, but at step {step} rank {rank} returned "
+            f"{seen.returned[rank][step]:.6g} instead of the batch loss {right[step]:.6g} (the "
+            "mean of the ranks' losses, the same number on every rank).",
+            _details(seen),
+        )
+    return passed(
+        f"Both ranks stayed identical for {len(PLAN)} {dtype_name(dtype)} steps on 2 gloo processes, equal "
+        f"to averaging the gradients before the scaler looks at them: at step {SPIKE_STEP}, where only rank "
+        f"{SPIKE_RANK}'s scaled loss overflowed, both ranks skipped and backed off together; the clipping "
+        f"steps used the norm of the batch gradient; every rank returned the batch loss. (Ranks ran with "
+        f"{result.method} in {result.seconds:.1f} s.)",
+        _details(seen),
+    )
+
+
+__all__ = ["check_synced_train_step", "rank_task", "replay", "spiked_loss"]
