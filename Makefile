@@ -16,9 +16,12 @@ INSTRUCTOR_STAMP := $(VENV)/.stamp-instructor
 # Checks record progress; test runs keep theirs out of the maintainer's own record.
 # Two test workers share two cores: one torch thread each avoids threads waiting on each other.
 TEST_ENV := AMP_LESSONS_PROGRESS_FILE=$(CURDIR)/.test-output/progress.json PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
+LAST_LESSON := $(lastword $(sort $(patsubst notebooks/%.ipynb,%,$(wildcard notebooks/[0-9][0-9]_*.ipynb))))
+LAST_LESSON := $(firstword $(subst _, ,$(LAST_LESSON)))
 NBVAL    := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 -n 2 --dist loadfile
 
-.PHONY: lab test setup setup-test instructor lint unit notebooks exercises-check gpu-report clean-venv
+.PHONY: lab test setup setup-test instructor lint format format-check unit notebooks exercises-check lesson \
+        gpu-report clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +56,12 @@ instructor: $(INSTRUCTOR_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Rewrite every Python file and notebook the way `ruff format` wants it, and apply ruff's safe fixes.
+format: $(TEST_STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 exercises-check: $(TEST_STAMP)
 	$(PY) -m amp_lessons build-exercises --check
@@ -67,6 +76,15 @@ notebooks: $(TEST_STAMP)
 
 test: lint exercises-check unit notebooks
 	@echo "make test: all passed"
+
+# One lesson's inner loop: `make lesson L=05` runs tests/l05_*/ (its helpers and checker) and its three
+# notebooks (lesson, solution, untouched exercise). Lesson 00 has no exercise notebook.
+lesson: $(TEST_STAMP)
+	@test -n "$(L)" || { echo "usage: make lesson L=05   (a lesson number, 00-$(LAST_LESSON))"; exit 2; }
+	@test -d "$(wildcard tests/l$(L)_*)" || { echo "no lesson $(L): tests/l$(L)_*/ does not exist"; exit 2; }
+	$(TEST_ENV) $(PY) -m pytest -q -n 2 tests/l$(L)_*
+	$(TEST_ENV) AMP_LESSONS_STRICT=1 $(PY) -m pytest -q $(NBVAL) $(wildcard notebooks/$(L)_*.ipynb solutions/$(L)_*.ipynb)
+	$(if $(wildcard exercises/$(L)_*.ipynb),$(TEST_ENV) AMP_LESSONS_STRICT=not-done $(PY) -m pytest -q $(NBVAL) $(wildcard exercises/$(L)_*.ipynb))
 
 # On a CUDA machine: the suite and every lesson with AMP_LESSONS_REQUIRE_CUDA=1, GPU figures kept in
 # docs/gpu_report.json and the instructor guide's GPU table regenerated. Refuses (exit 2) without CUDA.

@@ -83,7 +83,12 @@ def cmd_clean(args) -> int:
             print(exc, file=sys.stderr)
             status = 2
             continue
-        if path.read_text(encoding="utf-8") != text:
+        if path.read_text(encoding="utf-8") == text:
+            continue
+        if args.check:
+            print(f"{path} has outputs or execution counts: run python -m amp_lessons clean {path}")
+            status = max(status, 1)
+        else:
             path.write_text(text, encoding="utf-8")
             print(f"cleaned {path}")
     return status
@@ -188,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     mark.set_defaults(run=cmd_mark_solutions)
     clean = commands.add_parser("clean", help="strip outputs from notebooks")
     clean.add_argument("paths", nargs="+")
+    clean.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook is not clean")
     clean.set_defaults(run=cmd_clean)
     _grade_parser(commands)
     progress = commands.add_parser("progress", help="list each exercise: passed / attempted / not started")

@@ -59,3 +59,43 @@ def test_exercises_contain_no_solution_code():
     for path in (ROOT / "exercises").glob("*.ipynb"):
         text = path.read_text(encoding="utf-8")
         assert builder.BEGIN not in text and builder.END not in text, path.name
+
+
+def test_every_environment_variable_is_in_the_contributors_table():
+    import re
+
+    sources = [
+        *ROOT.joinpath("amp_lessons").rglob("*.py"),
+        *ROOT.joinpath("tests").rglob("*.py"),
+        ROOT / "nbgrader_config.py",
+        ROOT / "Makefile",
+    ]
+    used = {
+        name
+        for path in sources
+        for name in re.findall(r"AMP_LESSONS_[A-Z_]+[A-Z]", path.read_text(encoding="utf-8"))
+    }
+    table = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8").split("## Environment variables", 1)[1]
+    documented = set(re.findall(r"^\| `(AMP_LESSONS_[A-Z_]+)` \|", table, re.M))
+    assert used - documented == set(), "add these to CONTRIBUTING.md's table"
+    assert documented - used == set(), "CONTRIBUTING.md documents variables nothing reads"
+
+
+def test_clean_check_changes_nothing_and_names_a_dirty_notebook(tmp_path, capsys):
+    from amp_lessons.tools import cli
+
+    dirty = tmp_path / "dirty.ipynb"
+    notebook = json.loads((ROOT / "notebooks" / "00_start_here.ipynb").read_text(encoding="utf-8"))
+    next(c for c in notebook["cells"] if c["cell_type"] == "code")["execution_count"] = 7
+    dirty.write_text(json.dumps(notebook), encoding="utf-8")
+    before = dirty.read_text(encoding="utf-8")
+    assert cli.main(["clean", "--check", str(dirty), str(ROOT / "notebooks" / "00_start_here.ipynb")]) == 1
+    assert dirty.read_text(encoding="utf-8") == before
+    assert "dirty.ipynb" in capsys.readouterr().out and "00_start_here" not in capsys.readouterr().out
+
+
+def test_make_lesson_names_a_missing_lesson():
+    import subprocess
+
+    run = subprocess.run(["make", "-s", "-o", ".venv/.stamp-test", "lesson", "L=42"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode != 0 and "no lesson 42" in run.stdout + run.stderr
