@@ -353,11 +353,9 @@ def _run_check(check, args, kwargs) -> CheckResult:
         return problem.result
     except CheckTimeout:
         return failed(
-            f"The check stopped after {budget:g} s: your function is far too slow (a reasonable "
-            "answer "
-            "is checked in under 2 s). Look for a Python loop over every element of a tensor and "
-            "use "
-            "one tensor operation instead."
+            f"The check stopped after {budget:g} s: your function is far too slow (a reasonable answer is "
+            "checked in under 2 s). Look for a Python loop over every element of a tensor and use one tensor "
+            "operation instead."
         )
     except (KeyboardInterrupt, SystemExit):
         raise

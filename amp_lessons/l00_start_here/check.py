@@ -30,8 +30,8 @@ def check_autocast_matmul(autocast_matmul):
         if autocast_enabled("cpu"):
             switch_autocast_off()
             return failed(
-                "Autocast is still switched on after your function returned: use it as `with "
-                "torch.autocast(...):`."
+                "Autocast is still switched on after your function returned: use it as "
+                "`with torch.autocast(...):`."
             )
         if got.shape != (4, 5):
             return failed(f"The result has shape {tuple(got.shape)}; a [4, 3] @ [3, 5] product is [4, 5].")
@@ -42,8 +42,8 @@ def check_autocast_matmul(autocast_matmul):
             )
         if got.dtype == torch.float32 and not torch.allclose(got, a @ b, rtol=2e-2, atol=2e-2):
             return failed(
-                "The values are not `a @ b` (did you transpose or scale something, or compute "
-                "another product?)."
+                "The values are not `a @ b` (did you transpose or scale something, "
+                "or compute another product?)."
             )
         ran_low = any(call.output_dtype == dtype_name(dtype) for call in ops.matmuls)
         if got.dtype == torch.float32 and casts and ran_low:
@@ -53,9 +53,9 @@ def check_autocast_matmul(autocast_matmul):
             )
         if got.dtype == torch.float32:
             return failed(
-                f"For dtype={dtype} the result is still float32, so autocast was not active for this op. "
-                "Is the matmul inside `with torch.autocast(device_type=a.device.type, "
-                "dtype=dtype):`, and does device_type match the tensors' device ('cpu' here)?"
+                f"For dtype={dtype} the result is still float32, so autocast was not active for this op. Is "
+                "the matmul inside `with torch.autocast(device_type=a.device.type, dtype=dtype):`, and does "
+                "device_type match the tensors' device ('cpu' here)?"
             )
         if got.dtype != dtype:
             return failed(

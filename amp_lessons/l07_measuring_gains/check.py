@@ -33,7 +33,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from amp_lessons.checks.harness import call_learner, checker, passed, stop
-from amp_lessons.checks.mistakes import Mistake, first_mistake
+from amp_lessons.checks.mistakes import first_mistake, rule
 
 LAUNCH_S = 2e-5  # host time to queue one step on the fake device
 SYNC_S = 1e-6  # host time of one sync() call
@@ -155,30 +155,46 @@ def _plain_number(value):
     return None
 
 
+@rule(
+    "the total",
+    "You returned one number, the TOTAL time of all timed calls. Return a list with one time per "
+    "call (seconds), e.g. `times.append(end - start)` inside the loop.",
+)
+def returned_the_total(value, expected) -> bool:
+    return _close(value, sum(expected), rel=0.02)
+
+
+@rule(
+    "the average",
+    "You returned one number, the AVERAGE time per call. Return the list of per-call times instead: "
+    "the median and the spread are computed from it afterwards.",
+)
+def returned_the_average(value, expected) -> bool:
+    return _close(value, sum(expected) / len(expected), rel=0.02)
+
+
+@rule(
+    "the median",
+    "You returned one number, the MEDIAN. Return the list of per-call times; the median is taken later.",
+)
+def returned_the_median(value, expected) -> bool:
+    return _close(value, statistics.median(expected), rel=0.02)
+
+
+@rule(
+    "a single number",
+    "You returned a single number; return a list with one time (in seconds) per timed call.",
+)
+def returned_an_unexplained_number(value, expected) -> bool:
+    return True
+
+
 # What one number stands for, when the learner returned one instead of a list (facts: value, expected times).
 SINGLE_NUMBER_MISTAKES = (
-    Mistake(
-        "the total",
-        lambda value, expected: _close(value, sum(expected), rel=0.02),
-        "You returned one number, the TOTAL time of all timed calls. Return a list with one time per "
-        "call (seconds), e.g. `times.append(end - start)` inside the loop.",
-    ),
-    Mistake(
-        "the average",
-        lambda value, expected: _close(value, sum(expected) / len(expected), rel=0.02),
-        "You returned one number, the AVERAGE time per call. Return the list of per-call times instead: "
-        "the median and the spread are computed from it afterwards.",
-    ),
-    Mistake(
-        "the median",
-        lambda value, expected: _close(value, statistics.median(expected), rel=0.02),
-        "You returned one number, the MEDIAN. Return the list of per-call times; the median is taken later.",
-    ),
-    Mistake(
-        "a single number",
-        lambda value, expected: True,
-        "You returned a single number; return a list with one time (in seconds) per timed call.",
-    ),
+    returned_the_total,
+    returned_the_average,
+    returned_the_median,
+    returned_an_unexplained_number,
 )
 
 
@@ -259,11 +275,37 @@ class TimingRun:
         return []
 
 
+def _one_number_message(run: TimingRun) -> str:
+    return _describe_single(_plain_number(run.result), run.expected) + f" {run.where}"
+
+
+@rule("one number", _one_number_message)
+def returned_one_number(run: TimingRun) -> bool:
+    return _plain_number(run.result) is not None
+
+
+def _tensor_message(run: TimingRun) -> str:
+    return (
+        "You returned a tensor; return a plain Python list of floats (seconds per call), "
+        f"e.g. `times.append(end - start)` with numbers from clock(). {run.where}"
+    )
+
+
+@rule("a tensor", _tensor_message)
+def returned_a_tensor(run: TimingRun) -> bool:
+    return isinstance(run.result, torch.Tensor)
+
+
 def _not_a_list_message(run: TimingRun) -> str:
     return (
         f"time_step returned {type(run.listed).__name__} ({str(run.listed)[:60]!r}); return a list with "
         "one time in seconds per timed call. Did you forget `return times`?"
     )
+
+
+@rule("not a list", _not_a_list_message)
+def returned_not_a_list(run: TimingRun) -> bool:
+    return not isinstance(run.listed, (list, tuple))
 
 
 def _non_number_message(run: TimingRun) -> str:
@@ -274,145 +316,192 @@ def _non_number_message(run: TimingRun) -> str:
     )
 
 
+@rule("an entry that is not a number", _non_number_message)
+def returned_an_entry_that_is_not_a_number(run: TimingRun) -> bool:
+    return any(_plain_number(v) is None for v in run.listed)
+
+
 # What came back (checked in this order before anything else).
 RESULT_MISTAKES = (
-    Mistake(
-        "one number",
-        lambda run: _plain_number(run.result) is not None,
-        lambda run: _describe_single(_plain_number(run.result), run.expected) + f" {run.where}",
-    ),
-    Mistake(
-        "a tensor",
-        lambda run: isinstance(run.result, torch.Tensor),
-        lambda run: (
-            "You returned a tensor; return a plain Python list of floats (seconds per call), "
-            f"e.g. `times.append(end - start)` with numbers from clock(). {run.where}"
-        ),
-    ),
-    Mistake("not a list", lambda run: not isinstance(run.listed, (list, tuple)), _not_a_list_message),
-    Mistake(
-        "an entry that is not a number",
-        lambda run: any(_plain_number(v) is None for v in run.listed),
-        _non_number_message,
-    ),
+    returned_one_number,
+    returned_a_tensor,
+    returned_not_a_list,
+    returned_an_entry_that_is_not_a_number,
 )
+
+
+@rule(
+    "called torch.cuda.synchronize",
+    "You called torch.cuda.synchronize() directly. Use the `sync` argument you were given: it is "
+    "torch.cuda.synchronize on a GPU, a no-op on a CPU, and the checker can watch it.",
+)
+def called_cuda_synchronize(run: TimingRun) -> bool:
+    return "cuda-sync" in run.kinds
+
+
+@rule("arguments to step_fn", "You passed arguments to step_fn; call it as `step_fn()` with no arguments.")
+def passed_arguments_to_step_fn(run: TimingRun) -> bool:
+    return run.device.step_args
+
+
+@rule(
+    "arguments to sync",
+    "You passed arguments to sync; call it as `sync()`: it already knows its device "
+    "(the lesson builds it with make_synchronizer(device)).",
+)
+def passed_arguments_to_sync(run: TimingRun) -> bool:
+    return run.device.sync_args
+
+
+@rule(
+    "never read the clock",
+    "You never called `clock()`: use the clock you were given (time.perf_counter by default) for "
+    "both readings, so the checker's simulated device can judge your timing.",
+)
+def never_read_the_clock(run: TimingRun) -> bool:
+    return "clock" not in run.kinds
+
+
+def _nan_message(run: TimingRun) -> str:
+    return f"Your list contains NaN or infinity: {run.values}. Each entry is `end - start` for one call."
+
+
+@rule("NaN or infinity", _nan_message)
+def returned_nan_or_infinity(run: TimingRun) -> bool:
+    return any(not math.isfinite(v) for v in run.values)
+
+
+@rule(
+    "negative times",
+    "Your times are negative: you subtracted the wrong way round. A duration is "
+    "`end - start` (the later reading minus the earlier one).",
+)
+def returned_negative_times(run: TimingRun) -> bool:
+    return any(v < 0 for v in run.values)
+
+
+@rule(
+    "never called step_fn",
+    "You never call `step_fn()`: it was not called once, so you timed nothing. Did you write "
+    "`step_fn` without parentheses? Call it: `step_fn()`.",
+)
+def never_called_step_fn(run: TimingRun) -> bool:
+    return run.device.calls == 0
+
+
+def _no_warmup_message(run: TimingRun) -> str:
+    return (
+        f"No warm-up: step_fn was called only {run.device.calls} times, all of them timed. Call it `warmup` "
+        "times first, untimed, then sync(): the first calls are slow (allocation, autotuning). "
+        f"{run.where}"
+    )
+
+
+@rule("no warm-up", _no_warmup_message)
+def skipped_the_warmup(run: TimingRun) -> bool:
+    return run.device.calls == run.repeats and run.warmup > 0
+
+
+def _call_count_message(run: TimingRun) -> str:
+    return (
+        f"step_fn was called {run.device.calls} times, but warm-up + repeats = {run.warmup} + {run.repeats} "
+        f"= {run.warmup + run.repeats}. Check your loop counts (`range(warmup)`, `range(repeats)`). "
+        f"{run.where}"
+    )
+
+
+@rule("a wrong number of calls", _call_count_message)
+def called_step_fn_a_wrong_number_of_times(run: TimingRun) -> bool:
+    return run.device.calls != run.warmup + run.repeats
+
+
+def _warmup_in_list_message(run: TimingRun) -> str:
+    return (
+        f"You returned {len(run.values)} times: the warm-up calls are in your list. Time and return "
+        f"only the {run.repeats} calls after the warm-up. {run.where}"
+    )
+
+
+@rule("warm-up calls in the list", _warmup_in_list_message)
+def returned_the_warmup_times(run: TimingRun) -> bool:
+    return len(run.values) == run.warmup + run.repeats and run.warmup > 0
+
+
+def _one_number_in_a_list_message(run: TimingRun) -> str:
+    return _describe_single(run.values[0], run.expected) + f" {run.where}"
+
+
+@rule("one number in a list", _one_number_in_a_list_message)
+def returned_one_number_in_a_list(run: TimingRun) -> bool:
+    return len(run.values) != run.repeats and len(run.values) == 1
+
+
+def _time_count_message(run: TimingRun) -> str:
+    return (
+        f"You returned {len(run.values)} times, but repeats={run.repeats}: return one time per timed call. "
+        f"{run.where}"
+    )
+
+
+@rule("a wrong number of times", _time_count_message)
+def returned_a_wrong_number_of_times(run: TimingRun) -> bool:
+    return len(run.values) != run.repeats
+
+
+def _diagnostics_message(run: TimingRun) -> str:
+    return (
+        "You run diagnostics inside the timed region ("
+        + ", ".join(f"`{n}`" for n in run.diagnostics_timed())
+        + " between the clock readings around a step). On a GPU each `.item()`/`isfinite`/print waits for "
+        "the device and adds host work, so you time your checks too. Keep the results and check them "
+        "after timing."
+    )
+
+
+@rule("diagnostics in the timed region", _diagnostics_message)
+def timed_diagnostics(run: TimingRun) -> bool:
+    return bool(run.diagnostics_timed())
+
+
+def _never_synced_message(run: TimingRun) -> str:
+    return (
+        "You never call `sync()`. On a GPU step_fn() returns as soon as the work is queued, so your clock "
+        "measured the launch, not the work: times like "
+        f"{run.values[0]:.6f} s where the step really takes {run.expected[0]:.6f} s. Call sync() after the "
+        "warm-up and after each step, before reading the clock."
+    )
+
+
+@rule("never synced", _never_synced_message)
+def never_synced(run: TimingRun) -> bool:
+    return "sync" not in run.kinds
 
 
 # How the learner used the tools, and what happened around each step (a list of numbers came back).
 USAGE_MISTAKES = (
-    Mistake(
-        "called torch.cuda.synchronize",
-        lambda run: "cuda-sync" in run.kinds,
-        "You called torch.cuda.synchronize() directly. Use the `sync` argument you were given: it is "
-        "torch.cuda.synchronize on a GPU, a no-op on a CPU, and the checker can watch it.",
-    ),
-    Mistake(
-        "arguments to step_fn",
-        lambda run: run.device.step_args,
-        "You passed arguments to step_fn; call it as `step_fn()` with no arguments.",
-    ),
-    Mistake(
-        "arguments to sync",
-        lambda run: run.device.sync_args,
-        "You passed arguments to sync; call it as `sync()`: it already knows its device "
-        "(the lesson builds it with make_synchronizer(device)).",
-    ),
-    Mistake(
-        "never read the clock",
-        lambda run: "clock" not in run.kinds,
-        "You never called `clock()`: use the clock you were given (time.perf_counter by default) for "
-        "both readings, so the checker's simulated device can judge your timing.",
-    ),
-    Mistake(
-        "NaN or infinity",
-        lambda run: any(not math.isfinite(v) for v in run.values),
-        lambda run: (
-            f"Your list contains NaN or infinity: {run.values}. Each entry is `end - start` for one call."
-        ),
-    ),
-    Mistake(
-        "negative times",
-        lambda run: any(v < 0 for v in run.values),
-        "Your times are negative: you subtracted the wrong way round. A duration is "
-        "`end - start` (the later reading minus the earlier one).",
-    ),
-    Mistake(
-        "never called step_fn",
-        lambda run: run.device.calls == 0,
-        "You never call `step_fn()`: it was not called once, so you timed nothing. Did you write "
-        "`step_fn` without parentheses? Call it: `step_fn()`.",
-    ),
-    Mistake(
-        "no warm-up",
-        lambda run: run.device.calls == run.repeats and run.warmup > 0,
-        lambda run: (
-            f"No warm-up: step_fn was called only {run.device.calls} times, all of them timed. Call it `warmup` "
-            "times first, untimed, then sync(): the first calls are slow (allocation, autotuning). "
-            f"{run.where}"
-        ),
-    ),
-    Mistake(
-        "a wrong number of calls",
-        lambda run: run.device.calls != run.warmup + run.repeats,
-        lambda run: (
-            f"step_fn was called {run.device.calls} times, but warm-up + repeats = {run.warmup} + {run.repeats} "
-            f"= {run.warmup + run.repeats}. Check your loop counts (`range(warmup)`, `range(repeats)`). "
-            f"{run.where}"
-        ),
-    ),
-    Mistake(
-        "warm-up calls in the list",
-        lambda run: len(run.values) == run.warmup + run.repeats and run.warmup > 0,
-        lambda run: (
-            f"You returned {len(run.values)} times: the warm-up calls are in your list. Time and return "
-            f"only the {run.repeats} calls after the warm-up. {run.where}"
-        ),
-    ),
-    Mistake(
-        "one number in a list",
-        lambda run: len(run.values) != run.repeats and len(run.values) == 1,
-        lambda run: _describe_single(run.values[0], run.expected) + f" {run.where}",
-    ),
-    Mistake(
-        "a wrong number of times",
-        lambda run: len(run.values) != run.repeats,
-        lambda run: (
-            f"You returned {len(run.values)} times, but repeats={run.repeats}: return one time per timed call. "
-            f"{run.where}"
-        ),
-    ),
-    Mistake(
-        "diagnostics in the timed region",
-        lambda run: run.diagnostics_timed(),
-        lambda run: (
-            "You run diagnostics inside the timed region ("
-            + ", ".join(f"`{n}`" for n in run.diagnostics_timed())
-            + " between the clock readings around a step). On a GPU each `.item()`/`isfinite`/print waits for "
-            "the device and adds host work, so you time your checks too. Keep the results and check them after "
-            "timing."
-        ),
-    ),
-    Mistake(
-        "never synced",
-        lambda run: "sync" not in run.kinds,
-        lambda run: (
-            "You never call `sync()`. On a GPU step_fn() returns as soon as the work is queued, so your clock "
-            "measured the launch, not the work: times like "
-            f"{run.values[0]:.6f} s where the step really takes {run.expected[0]:.6f} s. Call sync() after the "
-            "warm-up and after each step, before reading the clock."
-        ),
-    ),
+    called_cuda_synchronize,
+    passed_arguments_to_step_fn,
+    passed_arguments_to_sync,
+    never_read_the_clock,
+    returned_nan_or_infinity,
+    returned_negative_times,
+    never_called_step_fn,
+    skipped_the_warmup,
+    called_step_fn_a_wrong_number_of_times,
+    returned_the_warmup_times,
+    returned_one_number_in_a_list,
+    returned_a_wrong_number_of_times,
+    timed_diagnostics,
+    never_synced,
 )
 
 
-def _running_total(run: TimingRun) -> bool:
-    cumulative = [sum(run.expected[: i + 1]) for i in range(run.repeats)]
-    return run.repeats > 1 and _all_close(run.values, cumulative, rel=0.02)
-
-
-def _same_average(run: TimingRun) -> bool:
-    mean = sum(run.expected) / run.repeats
-    return run.repeats > 1 and all(_close(v, mean, rel=0.02) for v in run.values)
+@rule(
+    "milliseconds",
+    "Your numbers are milliseconds (1000x too large); return seconds, as clock() gives them.",
+)
+def times_in_milliseconds(run: TimingRun) -> bool:
+    return _all_close(run.values, [e * 1e3 for e in run.expected])
 
 
 def _unit(run: TimingRun):
@@ -428,65 +517,87 @@ def _unit(run: TimingRun):
     )
 
 
-def _leftover_warmup(run: TimingRun) -> bool:
+def _unit_message(run: TimingRun) -> str:
+    return (
+        f"Your numbers are {_unit(run)[0]} ({_unit(run)[1]:.0e} times too large); return seconds, as "
+        "clock() gives them."
+    )
+
+
+@rule("another unit", _unit_message)
+def times_in_another_unit(run: TimingRun) -> bool:
+    return _unit(run) is not None
+
+
+@rule(
+    "a running total",
+    "Your times grow call after call: each is the time since the FIRST call started (a running "
+    "total). Reset the start for every call: `start = clock()` inside the loop.",
+)
+def times_are_a_running_total(run: TimingRun) -> bool:
+    cumulative = [sum(run.expected[: i + 1]) for i in range(run.repeats)]
+    return run.repeats > 1 and _all_close(run.values, cumulative, rel=0.02)
+
+
+@rule(
+    "the same average",
+    "Every entry is the same average (total / repeats). Time each call on its own so the median and "
+    "the spread mean something.",
+)
+def times_are_the_same_average(run: TimingRun) -> bool:
+    mean = sum(run.expected) / run.repeats
+    return run.repeats > 1 and all(_close(v, mean, rel=0.02) for v in run.values)
+
+
+def _clock_stopped_message(run: TimingRun) -> str:
+    return (
+        "Your clock stopped before the device finished: the times are about the launch time "
+        f"({run.values[0]:.6f} s) while the step takes {run.expected[0]:.6f} s. Call sync() after "
+        "step_fn() and BEFORE reading the clock at the end."
+    )
+
+
+@rule("the clock stopped before the device finished", _clock_stopped_message)
+def clock_stopped_before_the_device_finished(run: TimingRun) -> bool:
+    return all(v < 0.2 * e for v, e in zip(run.values, run.expected))
+
+
+def _leftover_warmup_message(run: TimingRun) -> str:
+    return (
+        "Your first timed call also includes leftover warm-up work still queued on the device "
+        f"({run.values[0]:.4f} s instead of {run.expected[0]:.4f} s). Call sync() after the warm-up, before "
+        "the first clock reading."
+    )
+
+
+@rule("leftover warm-up work", _leftover_warmup_message)
+def first_time_has_leftover_warmup(run: TimingRun) -> bool:
     values, expected = run.values, run.expected
     return values[0] > 1.5 * expected[0] and _all_close(values[1:], expected[1:], rel=0.02)
 
 
+def _times_match_nothing_message(run: TimingRun) -> str:
+    return (
+        "Your times do not match what each call really took on the simulated device: "
+        f"got {[round(v, 6) for v in run.values]}, expected {[round(e, 6) for e in run.expected]} seconds. "
+        "Time each call as: start = clock(); step_fn(); sync(); times.append(clock() - start)."
+    )
+
+
+@rule("times that match nothing known", _times_match_nothing_message)
+def times_match_nothing_known(run: TimingRun) -> bool:
+    return True
+
+
 # The numbers themselves, when every rule above was kept but the times are not what each call took.
 VALUE_MISTAKES = (
-    Mistake(
-        "milliseconds",
-        lambda run: _all_close(run.values, [e * 1e3 for e in run.expected]),
-        "Your numbers are milliseconds (1000x too large); return seconds, as clock() gives them.",
-    ),
-    Mistake(
-        "another unit",
-        lambda run: _unit(run) is not None,
-        lambda run: (
-            f"Your numbers are {_unit(run)[0]} ({_unit(run)[1]:.0e} times too large); return seconds, as clock() "
-            "gives them."
-        ),
-    ),
-    Mistake(
-        "a running total",
-        _running_total,
-        "Your times grow call after call: each is the time since the FIRST call started (a running "
-        "total). Reset the start for every call: `start = clock()` inside the loop.",
-    ),
-    Mistake(
-        "the same average",
-        _same_average,
-        "Every entry is the same average (total / repeats). Time each call on its own so the median and "
-        "the spread mean something.",
-    ),
-    Mistake(
-        "the clock stopped before the device finished",
-        lambda run: all(v < 0.2 * e for v, e in zip(run.values, run.expected)),
-        lambda run: (
-            "Your clock stopped before the device finished: the times are about the launch time "
-            f"({run.values[0]:.6f} s) while the step takes {run.expected[0]:.6f} s. Call sync() after "
-            "step_fn() and BEFORE reading the clock at the end."
-        ),
-    ),
-    Mistake(
-        "leftover warm-up work",
-        _leftover_warmup,
-        lambda run: (
-            "Your first timed call also includes leftover warm-up work still queued on the device "
-            f"({run.values[0]:.4f} s instead of {run.expected[0]:.4f} s). Call sync() after the warm-up, before "
-            "the first clock reading."
-        ),
-    ),
-    Mistake(
-        "times that match nothing known",
-        lambda run: True,
-        lambda run: (
-            "Your times do not match what each call really took on the simulated device: "
-            f"got {[round(v, 6) for v in run.values]}, expected {[round(e, 6) for e in run.expected]} seconds. "
-            "Time each call as: start = clock(); step_fn(); sync(); times.append(clock() - start)."
-        ),
-    ),
+    times_in_milliseconds,
+    times_in_another_unit,
+    times_are_a_running_total,
+    times_are_the_same_average,
+    clock_stopped_before_the_device_finished,
+    first_time_has_leftover_warmup,
+    times_match_nothing_known,
 )
 
 
@@ -510,6 +621,6 @@ def check_time_step(time_step):
             stop(problem)
     return passed(
         "Warm-up untimed, sync() before each clock reading that ends a call, one time per call in seconds, "
-        f"and nothing else inside the timed region — right on all {len(SCENARIOS)} simulated-device "
-        "scenarios."
+        f"and nothing else inside the timed region — right on all {len(SCENARIOS)} "
+        "simulated-device scenarios."
     )

@@ -9,15 +9,15 @@ all-reduce somewhere: after ``unscale_`` (the inf check is then made on one rank
 clipping (each rank clips by its own norm), or they sum without dividing, or they log their own rank's
 loss. Each of those trains *something* without an error, which is why it needs a checker.
 
-How the check works. ``amp_lessons.l09_amp_across_processes.distributed.run_ranks`` starts 2 processes joined by a gloo group
-(forked on Linux: about half a second in all; spawned elsewhere: a few seconds, each imports torch). On
-each rank a tiny classifier takes 6 steps of the learner's function on its slice of a fixed batch; rank
-1's slices are larger in magnitude (so the ranks' own gradient norms differ), step 2 gives rank 1 a loss
+How the check works. ``amp_lessons.l09_amp_across_processes.distributed.run_ranks`` starts 2 processes joined
+by a gloo group (forked on Linux: about half a second in all; spawned elsewhere: a few seconds, each imports
+torch). On each rank a tiny classifier takes 6 steps of the learner's function on its slice of a fixed batch;
+rank 1's slices are larger in magnitude (so the ranks' own gradient norms differ), step 2 gives rank 1 a loss
 that overflows once scaled (the other rank's is normal), and steps 3 and 5 clip. Each rank reports its
-weights, its scale and the loss it returned after every step. The parent replays the same 6 steps for
-both ranks in one process, combining the gradients the right way and in each known wrong way; a learner
-whose ranks match the right replay passes, one that matches a wrong replay is told which, and ranks that
-disagree are told at which step and how.
+weights, its scale and the loss it returned after every step. The parent replays the same 6 steps for both
+ranks in one process, combining the gradients the right way and in each known wrong way; a learner whose ranks
+match the right replay passes, one that matches a wrong replay is told which, and ranks that disagree are told
+at which step and how.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from amp_lessons.checks.harness import (
     failed,
     passed,
 )
-from amp_lessons.checks.mistakes import Mistake, first_mistake
+from amp_lessons.checks.mistakes import first_mistake, rule
 from amp_lessons.core.display import scale_text
 from amp_lessons.core.environment import dtype_name, one_cpu_thread, probe_autocast
 from amp_lessons.core.models import TinyClassifier, seeded_weights
@@ -305,122 +305,152 @@ def _never_moved(seen: Seen) -> list:
     return [r for r in range(WORLD) if all(torch.equal(p, _initial_weights()) for p in seen.params[r])]
 
 
-def _ranks_differ_from_start(seen: Seen) -> bool:
+def _never_updated_message(seen: Seen) -> str:
+    return (
+        f"{' and '.join(f'rank {r}' for r in _never_moved(seen))} never changed its weights in {len(PLAN)} "
+        "steps: scaler.step(optimizer) was never applied there. Every rank holds its own replica and must "
+        "call scaler.step(optimizer) and scaler.update() itself (not only rank 0, not only when the loss "
+        "looks finite): the all-reduce makes the gradients equal, the step makes the replicas move."
+    )
+
+
+@rule("weights never updated", _never_updated_message)
+def weights_never_updated(seen: Seen) -> bool:
+    return bool(_never_moved(seen))
+
+
+@rule(
+    "gradients never combined",
+    "The ranks drift apart from the first step: after step 0 rank 0's and rank 1's weights already "
+    "differ, so each rank trained on its own slice only. Average the gradients over ranks after "
+    "backward: for every parameter, dist.all_reduce(p.grad, op=dist.ReduceOp.SUM), then divide by "
+    "dist.get_world_size(). (DDP does exactly this inside backward.)",
+)
+def gradients_never_combined(seen: Seen) -> bool:
     return not seen.ranks_agree(0)
 
 
-def _local_skip_decision(seen: Seen) -> bool:
+def _local_skip_message(seen: Seen) -> str:
+    return (
+        f"Different skip decisions at step {SPIKE_STEP}, where only rank {SPIKE_RANK}'s scaled loss "
+        f"overflowed: {seen.spike_story()}. The inf/NaN check ran before the gradients were combined — "
+        "scaler.unscale_(optimizer) records its found-inf verdict when it is called, so calling it before "
+        "the all-reduce lets each rank judge its own gradients, and the all-reduce then spreads the inf to "
+        "a rank that has already decided to step. All-reduce first; then unscale_, clip and scaler.step, "
+        "so every rank sees the same averaged gradients and skips together."
+    )
+
+
+@rule("skip decision made on one rank's gradients", _local_skip_message)
+def skip_decided_on_own_gradients(seen: Seen) -> bool:
     step = SPIKE_STEP
     decisions = {seen.skipped(rank, step) for rank in range(WORLD)}
     finite = {seen.finite(rank, step) for rank in range(WORLD)}
     return len(decisions) > 1 or len(finite) > 1
 
 
+def _disagreement_message(seen: Seen) -> str:
+    return (
+        f"The ranks' weights differ after step {seen.first_disagreement} (the replicas must stay identical: "
+        "every rank has to apply the same averaged gradients). Is every parameter's gradient all-reduced on "
+        "every rank, and nothing done on one rank only (e.g. under `if rank == 0`)?"
+    )
+
+
+@rule("ranks disagree", _disagreement_message)
+def ranks_disagree(seen: Seen) -> bool:
+    return seen.first_disagreement is not None
+
+
+# What the ranks' records show on their own (checked first).
 RANK_RULES = (
-    Mistake(
-        "weights never updated",
-        lambda seen: bool(_never_moved(seen)),
-        lambda seen: (
-            f"{' and '.join(f'rank {r}' for r in _never_moved(seen))} never changed its weights in {len(PLAN)} "
-            "steps: scaler.step(optimizer) was never applied there. Every rank holds its own replica and must "
-            "call scaler.step(optimizer) and scaler.update() itself (not only rank 0, not only when the loss "
-            "looks finite): the all-reduce makes the gradients equal, the step makes the replicas move."
-        ),
-    ),
-    Mistake(
-        "gradients never combined",
-        _ranks_differ_from_start,
-        lambda seen: (
-            "The ranks drift apart from the first step: after step 0 rank 0's and rank 1's weights already "
-            "differ, so each rank trained on its own slice only. Average the gradients over ranks after "
-            "backward: for every parameter, dist.all_reduce(p.grad, op=dist.ReduceOp.SUM), then divide by "
-            "dist.get_world_size(). (DDP does exactly this inside backward.)"
-        ),
-    ),
-    Mistake(
-        "skip decision made on one rank's gradients",
-        _local_skip_decision,
-        lambda seen: (
-            f"Different skip decisions at step {SPIKE_STEP}, where only rank {SPIKE_RANK}'s scaled loss "
-            f"overflowed: {seen.spike_story()}. The inf/NaN check ran before the gradients were combined — "
-            "scaler.unscale_(optimizer) records its found-inf verdict when it is called, so calling it before "
-            "the all-reduce lets each rank judge its own gradients, and the all-reduce then spreads the inf to "
-            "a rank that has already decided to step. All-reduce first; then unscale_, clip and scaler.step, "
-            "so every rank sees the same averaged gradients and skips together."
-        ),
-    ),
-    Mistake(
-        "ranks disagree",
-        lambda seen: seen.first_disagreement is not None,
-        lambda seen: (
-            f"The ranks' weights differ after step {seen.first_disagreement} (the replicas must stay identical: "
-            "every rank has to apply the same averaged gradients). Is every parameter's gradient all-reduced on "
-            "every rank, and nothing done on one rank only (e.g. under `if rank == 0`)?"
-        ),
-    ),
+    weights_never_updated,
+    gradients_never_combined,
+    skip_decided_on_own_gradients,
+    ranks_disagree,
 )
 
+
+@rule(
+    "summed, not averaged",
+    "The ranks agree, but every update is 2x too large: you summed the gradients over ranks without "
+    "dividing by the world size. The loss is a mean over each rank's rows, so the gradient of the "
+    "whole batch is the mean of the ranks' gradients. With Adam this can hide (it is scale-invariant), "
+    "but clipping thresholds and SGD steps then mean world_size times what you think. Divide by "
+    "dist.get_world_size() after the SUM (or use ReduceOp.AVG where the backend supports it).",
+)
+def summed_not_averaged(seen: Seen) -> bool:
+    return seen.like("sum")
+
+
+@rule(
+    "averaged twice",
+    "The ranks agree, but every update is half as large as it should be: the gradients were divided by "
+    "the world size twice (e.g. ReduceOp.AVG followed by a division, or the loss divided by the world "
+    "size before backward *and* the sum divided again). Divide once.",
+)
+def averaged_twice(seen: Seen) -> bool:
+    return seen.like("twice")
+
+
+@rule(
+    "only rank 0's gradients",
+    "The ranks agree, but they follow rank 0's gradients only: rank 1's data never reaches the update "
+    f"(at step {SPIKE_STEP}, where rank 1's loss overflowed, nobody skipped). dist.broadcast copies one "
+    "rank's tensor to all; dist.all_reduce(..., op=ReduceOp.SUM) adds every rank's. Use all_reduce and "
+    "divide by the world size.",
+)
+def only_rank0_gradients(seen: Seen) -> bool:
+    return seen.like("rank0")
+
+
+@rule(
+    "clipped each rank's own gradients",
+    "The skip decision is right, but at the clipping steps (3 and 5) each rank clipped its *own* "
+    "gradients by its own norm before they were averaged: rank 1's larger gradients were scaled down "
+    "by a different factor than rank 0's, so the average is not the clipped batch gradient. Clip after "
+    "the all-reduce: all-reduce, then scaler.unscale_, then clip_grad_norm_ — the norm is then the "
+    "norm of the batch gradient, the same on every rank.",
+)
+def clipped_own_gradients(seen: Seen) -> bool:
+    return seen.like("local_clip")
+
+
+def _overflow_not_skipped_message(seen: Seen) -> str:
+    return (
+        f"At step {SPIKE_STEP} rank {SPIKE_RANK}'s scaled loss overflowed, but no rank skipped the step "
+        f"({seen.spike_story()}). The GradScaler must see the inf in the averaged gradients: do not replace "
+        "non-finite values (nan_to_num, clamping) and let scaler.step(optimizer) decide."
+    )
+
+
+@rule("overflow not skipped", _overflow_not_skipped_message)
+def overflow_not_skipped(seen: Seen) -> bool:
+    return not any(seen.skipped(r, SPIKE_STEP) for r in range(WORLD))
+
+
+def _wrong_update_message(seen: Seen) -> str:
+    return (
+        f"The ranks agree with each other, but from step {seen.first_deviation} on their weights differ "
+        "from one AMP step on the averaged gradients (zero_grad, autocast over forward and loss, "
+        "scaler.scale(loss).backward(), all-reduce and divide, unscale_ and clip when max_norm is given, "
+        "scaler.step, scaler.update). Compare your order with lesson 03's train_step."
+    )
+
+
+@rule("wrong update", _wrong_update_message)
+def wrong_update(seen: Seen) -> bool:
+    return seen.first_deviation is not None
+
+
+# The ranks agree with each other: what their common weights show (the known wrong replays first).
 TRAJECTORY_RULES = (
-    Mistake(
-        "summed, not averaged",
-        lambda seen: seen.like("sum"),
-        (
-            "The ranks agree, but every update is 2x too large: you summed the gradients over ranks without "
-            "dividing by the world size. The loss is a mean over each rank's rows, so the gradient of the "
-            "whole batch is the mean of the ranks' gradients. With Adam this can hide (it is scale-invariant), "
-            "but clipping thresholds and SGD steps then mean world_size times what you think. Divide by "
-            "dist.get_world_size() after the SUM (or use ReduceOp.AVG where the backend supports it)."
-        ),
-    ),
-    Mistake(
-        "averaged twice",
-        lambda seen: seen.like("twice"),
-        (
-            "The ranks agree, but every update is half as large as it should be: the gradients were divided by "
-            "the world size twice (e.g. ReduceOp.AVG followed by a division, or the loss divided by the world "
-            "size before backward *and* the sum divided again). Divide once."
-        ),
-    ),
-    Mistake(
-        "only rank 0's gradients",
-        lambda seen: seen.like("rank0"),
-        (
-            "The ranks agree, but they follow rank 0's gradients only: rank 1's data never reaches the update "
-            f"(at step {SPIKE_STEP}, where rank 1's loss overflowed, nobody skipped). dist.broadcast copies one "
-            "rank's tensor to all; dist.all_reduce(..., op=ReduceOp.SUM) adds every rank's. Use all_reduce and "
-            "divide by the world size."
-        ),
-    ),
-    Mistake(
-        "clipped each rank's own gradients",
-        lambda seen: seen.like("local_clip"),
-        (
-            "The skip decision is right, but at the clipping steps (3 and 5) each rank clipped its *own* "
-            "gradients by its own norm before they were averaged: rank 1's larger gradients were scaled down "
-            "by a different factor than rank 0's, so the average is not the clipped batch gradient. Clip after "
-            "the all-reduce: all-reduce, then scaler.unscale_, then clip_grad_norm_ — the norm is then the "
-            "norm of the batch gradient, the same on every rank."
-        ),
-    ),
-    Mistake(
-        "overflow not skipped",
-        lambda seen: not any(seen.skipped(r, SPIKE_STEP) for r in range(WORLD)),
-        lambda seen: (
-            f"At step {SPIKE_STEP} rank {SPIKE_RANK}'s scaled loss overflowed, but no rank skipped the step "
-            f"({seen.spike_story()}). The GradScaler must see the inf in the averaged gradients: do not replace "
-            "non-finite values (nan_to_num, clamping) and let scaler.step(optimizer) decide."
-        ),
-    ),
-    Mistake(
-        "wrong update",
-        lambda seen: seen.first_deviation is not None,
-        lambda seen: (
-            f"The ranks agree with each other, but from step {seen.first_deviation} on their weights differ "
-            "from one AMP step on the averaged gradients (zero_grad, autocast over forward and loss, "
-            "scaler.scale(loss).backward(), all-reduce and divide, unscale_ and clip when max_norm is given, "
-            "scaler.step, scaler.update). Compare your order with lesson 03's train_step."
-        ),
-    ),
+    summed_not_averaged,
+    averaged_twice,
+    only_rank0_gradients,
+    clipped_own_gradients,
+    overflow_not_skipped,
+    wrong_update,
 )
 
 
@@ -444,34 +474,50 @@ def _scaled_batch_loss(seen: Seen, rank: int, step: int) -> float:
     return seen.replay("mean")["mean"][step] * scale
 
 
+def _own_loss_message(seen: Seen) -> str:
+    return (
+        f"The weights are right, but each rank returned the loss of its own slice ({_returned_text(seen)} at "
+        f"step 0; the batch loss is {seen.replay('mean')['mean'][0]:.6g}). A log written by rank 0 then "
+        "shows half of the data, and ranks disagree about the number. All-reduce a detached copy of the "
+        "loss (SUM) and divide by the world size."
+    )
+
+
+@rule("returned its own rank's loss", _own_loss_message)
+def returned_own_rank_loss(seen: Seen) -> bool:
+    return _loss_is(seen, lambda r, s: seen.replay("mean")["local"][r][s])
+
+
+def _scaled_loss_message(seen: Seen) -> str:
+    return (
+        f"The weights are right, but the returned loss ({_returned_text(seen)} at step 0) is the *scaled* "
+        f"loss, {scale_text(INIT_SCALE)} times the batch loss ({seen.replay('mean')['mean'][0]:.6g}): "
+        "scaler.scale(loss) is only for backward. Average the unscaled loss (loss.detach()) over ranks."
+    )
+
+
+@rule("returned the scaled loss", _scaled_loss_message)
+def returned_scaled_loss(seen: Seen) -> bool:
+    return _loss_is(seen, functools.partial(_scaled_batch_loss, seen))
+
+
+def _summed_loss_message(seen: Seen) -> str:
+    return (
+        f"The weights are right, but the returned loss ({_returned_text(seen)} at step 0) is the sum over "
+        f"ranks, {WORLD}x the batch loss ({seen.replay('mean')['mean'][0]:.6g}). Divide by the world size."
+    )
+
+
+@rule("returned the summed loss", _summed_loss_message)
+def returned_summed_loss(seen: Seen) -> bool:
+    return _loss_is(seen, lambda r, s: WORLD * seen.replay("mean")["mean"][s])
+
+
+# The weights are right: what the returned loss is instead of the batch loss.
 LOSS_RULES = (
-    Mistake(
-        "returned its own rank's loss",
-        lambda seen: _loss_is(seen, lambda r, s: seen.replay("mean")["local"][r][s]),
-        lambda seen: (
-            f"The weights are right, but each rank returned the loss of its own slice ({_returned_text(seen)} at "
-            f"step 0; the batch loss is {seen.replay('mean')['mean'][0]:.6g}). A log written by rank 0 then "
-            "shows half of the data, and ranks disagree about the number. All-reduce a detached copy of the "
-            "loss (SUM) and divide by the world size."
-        ),
-    ),
-    Mistake(
-        "returned the scaled loss",
-        lambda seen: _loss_is(seen, functools.partial(_scaled_batch_loss, seen)),
-        lambda seen: (
-            f"The weights are right, but the returned loss ({_returned_text(seen)} at step 0) is the *scaled* "
-            f"loss, {scale_text(INIT_SCALE)} times the batch loss ({seen.replay('mean')['mean'][0]:.6g}): "
-            "scaler.scale(loss) is only for backward. Average the unscaled loss (loss.detach()) over ranks."
-        ),
-    ),
-    Mistake(
-        "returned the summed loss",
-        lambda seen: _loss_is(seen, lambda r, s: WORLD * seen.replay("mean")["mean"][s]),
-        lambda seen: (
-            f"The weights are right, but the returned loss ({_returned_text(seen)} at step 0) is the sum over "
-            f"ranks, {WORLD}x the batch loss ({seen.replay('mean')['mean'][0]:.6g}). Divide by the world size."
-        ),
-    ),
+    returned_own_rank_loss,
+    returned_scaled_loss,
+    returned_summed_loss,
 )
 
 
@@ -522,10 +568,9 @@ def _outcome_problem(result):
         return None
     if any(o.status == "not started" for o in result.outcomes):
         return failed(
-            f"The 2 processes did not start in time ({result.describe().replace(chr(10), '; ')}): "
-            "each one joins a gloo group (and, where it is spawned, imports torch) first. This "
-            "machine is busy or slow; nothing is wrong with your function yet. Run the check "
-            "again."
+            f"The 2 processes did not start in time ({result.describe().replace(chr(10), '; ')}): each one "
+            "joins a gloo group (and, where it is spawned, imports torch) first. This machine is busy or "
+            "slow; nothing is wrong with your function yet. Run the check again."
         )
     errors = [
         o.error.strip().splitlines()[-1] for o in result.outcomes if o.status == "error" and o.error.strip()
@@ -541,8 +586,7 @@ def _outcome_problem(result):
     return failed(
         f"A rank failed before it could report ({result.describe().replace(chr(10), '; ')})"
         + (f"; its last output: {said[0][:300]}" if said else "")
-        + ". If nothing in your function "
-        "explains it, please report this message."
+        + ". If nothing in your function explains it, please report this message."
     )
 
 

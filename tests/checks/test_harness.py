@@ -148,6 +148,69 @@ def test_the_kernel_is_left_as_found():
     assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
 
 
+def _bare_cpu_autocast_dtype():
+    """The dtype a matmul comes out in under a bare ``torch.autocast("cpu")`` (no dtype given)."""
+    import torch
+
+    with torch.autocast("cpu"):
+        return (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+
+
+def test_an_autocast_entered_and_never_left_leaves_autocast_off_and_its_dtype_as_before():
+    import torch
+
+    from amp_lessons.core.autocast_state import autocast_dtype, switch_autocast_off
+
+    before = {device: autocast_dtype(device) for device in ("cpu", "cuda")}
+
+    def enters_autocast_and_never_leaves(x):
+        torch.autocast("cpu", dtype=torch.float16).__enter__()
+        return x
+
+    try:
+        result = check_calls_twice(enters_autocast_and_never_leaves)
+        assert result.passed, result.message
+        assert not torch.is_autocast_enabled("cpu")
+        assert {device: autocast_dtype(device) for device in ("cpu", "cuda")} == before
+        assert _bare_cpu_autocast_dtype() == before["cpu"] == torch.bfloat16
+    finally:
+        switch_autocast_off()
+
+
+def test_a_dtype_the_kernel_had_chosen_before_the_check_is_kept():
+    import torch
+
+    from amp_lessons.core.autocast_state import autocast_dtype, set_autocast_dtype, switch_autocast_off
+
+    def enters_autocast_and_never_leaves(x):
+        torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
+        return x
+
+    set_autocast_dtype("cpu", torch.float16)  # what the kernel had before the check, whatever set it
+    try:
+        check_calls_twice(enters_autocast_and_never_leaves)
+        assert not torch.is_autocast_enabled("cpu")
+        assert autocast_dtype("cpu") == torch.float16  # as found, not the fresh-process default
+    finally:
+        switch_autocast_off()
+    assert autocast_dtype("cpu") == torch.bfloat16
+
+
+def test_switch_autocast_off_puts_the_default_cpu_dtype_back():
+    import torch
+
+    from amp_lessons.core.autocast_state import autocast_dtype, autocast_enabled, switch_autocast_off
+
+    try:
+        torch.autocast("cpu", dtype=torch.float16).__enter__()  # never exited
+        assert autocast_enabled("cpu") and autocast_dtype("cpu") == torch.float16
+    finally:
+        switch_autocast_off()
+    assert not autocast_enabled("cpu")
+    assert autocast_dtype("cpu") == torch.bfloat16
+    assert _bare_cpu_autocast_dtype() == torch.bfloat16
+
+
 def test_nbgrader_feedback_speaks_to_the_learner(monkeypatch):
     monkeypatch.delenv("AMP_LESSONS_STRICT", raising=False)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
