@@ -5,21 +5,26 @@ values chosen to expose the classic mistakes: ties, values just above ``max``, s
 NaN, inf and negative zero. Every probe value is a float32 number, so "round once to the format" and "what
 torch stores" are the same thing.
 
-To name the mistake, each known wrong answer is written down as a rule (``Mistake``), most of them models
-(e.g. "rounds ties away from zero", "flushes subnormals to zero", "saturates at max"). Among the values where
-the learner disagrees with the oracle, ``best_mistake`` counts how many each rule reproduces, and the checker
-reports the one that explains the most of them.
+To name the mistake, each known wrong answer is written down once, for both formats, as a named rule
+(``FormatRule``), most of them models (e.g. "rounds ties away from zero", "flushes subnormals to zero",
+"saturates at max"); ``STORED_VALUE_RULES`` and ``CLASSIFY_RULES`` list them in priority order, and
+``stored_value_mistakes``/``classify_mistakes`` bind them to one format. Among the values where the learner
+disagrees with the oracle, ``best_mistake`` counts how many each rule reproduces, and the checker reports the
+one that explains the most of them.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from amp_lessons.checks.harness import as_number, call_learner, checker, failed, passed, stop
-from amp_lessons.checks.mistakes import Mistake, best_mistake
+from amp_lessons.checks.mistakes import Mistake, best_mistake, replays, rule
 from amp_lessons.l01_precision_formats.formats import BFLOAT16, FLOAT16, KINDS, FloatFormat
 
 FORMATS_CHECKED = (FLOAT16, BFLOAT16)
@@ -153,215 +158,368 @@ def model_round(
     return -value if negative else value
 
 
+# --- known wrong answers for 01.1, each written once for both formats ------------------------------
+
+
+@dataclass(frozen=True)
+class FormatRule:
+    """A rule written once for both formats: ``bind`` makes the format's :class:`Mistake` from it.
+
+    ``recognise(setting, *facts)`` reads one mismatch, where the setting is the format (01.1) or the
+    learner's whole labelling (01.2); ``message`` is a string or ``message(fmt)``, since the numbers a
+    message quotes are the format's. A *model* rule's ``recognise`` is a wrong way to store a value,
+    ``wrong(fmt, x)``, and the rule recognises a mismatch it reproduces (``replays``). ``only``: the one
+    format the rule applies to.
+    """
+
+    name: str
+    recognise: Callable[..., object]
+    message: str | Callable[[FloatFormat], str]
+    only: FloatFormat | None = None
+    model: bool = False
+
+    def applies_to(self, fmt: FloatFormat) -> bool:
+        return self.only is None or self.only is fmt
+
+    def bind(self, fmt: FloatFormat, setting=None) -> Mistake:
+        bound = partial(self.recognise, fmt if setting is None else setting)
+        text = self.message(fmt) if callable(self.message) else self.message
+        return rule(self.name, text)(replays(bound, same_float) if self.model else bound)
+
+
+def format_rule(name: str, message, only: FloatFormat | None = None):
+    """``@rule`` for a predicate of the format (or labelling) and one mismatch."""
+    return lambda recognise: FormatRule(name, recognise, message, only)
+
+
+def format_model(name: str, message, only: FloatFormat | None = None):
+    """``@rule`` for a model: decorate ``wrong(fmt, x)``, a known wrong way to store ``x``."""
+    return lambda wrong: FormatRule(name, wrong, message, only, model=True)
+
+
+def _stored_as(fmt: FloatFormat, x: float, **mistake) -> float:
+    """``model_round`` with the format's widths and one mistake built in."""
+    return model_round(x, fmt.exponent_bits, fmt.mantissa_bits, **mistake)
+
+
+@format_rule(
+    "nan",
+    "NaN must stay NaN: a NaN input is stored as NaN (check math.isnan(x) first; "
+    "NaN compares False with everything, so it slips through comparisons).",
+)
+def nan_not_kept(fmt, x, expected, got) -> bool:
+    return math.isnan(x) and not math.isnan(got)
+
+
+@format_rule(
+    "inf",
+    "+-inf must be stored as +-inf (math.frexp(inf) does not give an exponent; handle inf before rounding).",
+)
+def inf_not_kept(fmt, x, expected, got) -> bool:
+    return math.isinf(x) and not same_float(got, x)
+
+
+def _unchanged_message(fmt):
+    return (
+        f"You returned x unchanged: {fmt.name} keeps only {fmt.mantissa_bits} mantissa bits, "
+        "so most values must be rounded."
+    )
+
+
+@format_rule("unchanged", _unchanged_message)
+def returned_unchanged(fmt, x, expected, got) -> bool:
+    return same_float(got, x)
+
+
+@format_rule(
+    "negative zero",
+    "Negative zero lost its sign: -0.0 (and a negative value that underflows) must come back as -0.0. "
+    "Use math.copysign(result, x) at the end.",
+)
+def negative_zero_lost(fmt, x, expected, got) -> bool:
+    return expected == 0 and math.copysign(1, expected) < 0 and got == 0 and math.copysign(1, got) > 0
+
+
+@format_model(
+    "sign",
+    "The sign is lost: negative inputs came back positive. "
+    "Round |x|, then put the sign back with math.copysign(result, x).",
+)
+def sign_dropped(fmt, x):
+    return _stored_as(fmt, x, keep_sign=False)
+
+
+def _truncation_message(fmt):
+    m = fmt.mantissa_bits
+    return (
+        "You truncated (chopped off) the extra mantissa bits. Storing a number rounds it to the NEAREST "
+        f"{fmt.name} value, so e.g. 1 + 0.7*2^-{m} becomes 1 + 2^-{m}, not 1."
+    )
+
+
+@format_model("truncation", _truncation_message)
+def truncated(fmt, x):
+    return _stored_as(fmt, x, rounding="trunc")
+
+
+def _ties_away_message(fmt):
+    m = fmt.mantissa_bits
+    return (
+        f"Ties are rounded away from zero, but IEEE rounds ties to EVEN: 1 + 2^-{m + 1} lies "
+        f"exactly halfway between 1 and 1 + 2^-{m} and is stored as 1 (last mantissa bit 0). "
+        "Python's round() does ties-to-even; math.floor(q + 0.5) does not."
+    )
+
+
+@format_model("ties away", _ties_away_message)
+def ties_away_from_zero(fmt, x):
+    return _stored_as(fmt, x, rounding="away")
+
+
+def _flush_message(fmt):
+    return (
+        "No subnormals: you flushed values below the smallest normal "
+        f"({fmt.smallest_normal:.4g} = 2^{fmt.emin}) to zero. {fmt.name} keeps subnormals "
+        f"down to {fmt.smallest_subnormal:.4g} = 2^{fmt.emin - fmt.mantissa_bits}: "
+        f"clamp the exponent at {fmt.emin} and keep the (fewer) bits that remain."
+    )
+
+
+@format_model("flush", _flush_message)
+def flushed_subnormals(fmt, x):
+    return _stored_as(fmt, x, subnormals="flush")
+
+
+def _subnormal_precision_message(fmt):
+    return (
+        f"Below the smallest normal ({fmt.smallest_normal:.4g} = 2^{fmt.emin}) the spacing stays "
+        f"2^{fmt.emin - fmt.mantissa_bits}: subnormals have FEWER significant bits and tiny values "
+        f"underflow to 0. You kept full precision there; use exponent = max(exponent, {fmt.emin})."
+    )
+
+
+@format_model("subnormal precision", _subnormal_precision_message)
+def full_precision_subnormals(fmt, x):
+    return _stored_as(fmt, x, subnormals="unbounded")
+
+
+def _saturate_message(fmt):
+    return f"You saturated at max ({fmt.max:.6g}), but a value that rounds beyond max overflows to inf."
+
+
+@format_model("saturate", _saturate_message)
+def saturated_at_max(fmt, x):
+    return _stored_as(fmt, x, overflow="saturate")
+
+
+def _overflow_before_rounding_message(fmt):
+    return (
+        f"You sent every |x| > max ({fmt.max:.6g}) to inf before rounding. "
+        f"Values between max and {fmt.overflow_threshold:.6g} (max + half a step) round DOWN to max; "
+        f"only |x| >= {fmt.overflow_threshold:.6g} overflows. Round first, then check for overflow."
+    )
+
+
+@format_model("overflow before rounding", _overflow_before_rounding_message)
+def overflowed_before_rounding(fmt, x):
+    return _stored_as(fmt, x, overflow="before_rounding")
+
+
+# Mistakes in the layout arithmetic: the maximum, the exponent of |x|, the subnormal exponent, the bias.
+# Each one changes the grid or the range by a factor of two, so without its own rule it would look like
+# "one mantissa bit too many or too few"; with one, the message names the line that is wrong.
+
+
+def _power_above_max(fmt) -> float:
+    return 2.0 ** (fmt.bias + 1)
+
+
+def _max_at_power_above_message(fmt):
+    return (
+        f"You let values up to 2^{fmt.bias + 1} = {_power_above_max(fmt):g} stay finite, but {fmt.name}'s "
+        f"largest finite number is {fmt.max:.6g} = (2 - 2^-{fmt.mantissa_bits}) * 2^{fmt.bias}: "
+        f"the largest mantissa is all ones, not 2.0. A value that rounds beyond {fmt.max:.6g} "
+        f"(every |x| >= {fmt.overflow_threshold:.6g}) overflows to inf."
+    )
+
+
+@format_model("max at the next power of two", _max_at_power_above_message)
+def max_at_the_power_above(fmt, x):
+    return _stored_as(fmt, x, largest=_power_above_max(fmt))
+
+
+def _no_overflow_message(fmt):
+    return (
+        f"Nothing ever overflows in your answer: values beyond max come back finite, but {fmt.name} "
+        f"cannot hold them. After rounding, a magnitude above max ({fmt.max:.6g}) is stored as inf: "
+        "`if magnitude > largest: magnitude = math.inf`."
+    )
+
+
+@format_model("no overflow", _no_overflow_message)
+def never_overflows(fmt, x):
+    return _stored_as(fmt, x, largest=math.inf)
+
+
+def _max_overflows_message(fmt):
+    return (
+        f"You sent values that round to exactly max ({fmt.max:.6g}) to inf, but max itself is finite: "
+        "only a value that rounds *beyond* max overflows. Compare with `>`, not `>=`."
+    )
+
+
+@format_model("max itself overflows", _max_overflows_message)
+def max_itself_overflows(fmt, x):
+    return _stored_as(fmt, x, overflow="at_max")
+
+
+def _exponent_too_high_message(fmt):
+    return (
+        f"Your exponent of |x| is one too high, so you rounded to a grid twice as coarse as {fmt.name}'s "
+        "(and overflow and subnormals start one power of two off). The exponent is the position of the "
+        "leading bit, `math.frexp(abs(x))[1] - 1` (frexp's mantissa lies in [0.5, 1), hence the -1) or "
+        "floor(log2|x|); ceil(log2|x|) is one too high for every value that is not a power of two."
+    )
+
+
+@format_model("exponent one too high", _exponent_too_high_message)
+def exponent_one_too_high(fmt, x):
+    return _stored_as(fmt, x, exponent_of="plus_one")
+
+
+def _exponent_too_low_message(fmt):
+    return (
+        "Your exponent of |x| is one too low, so you rounded to a grid twice as fine "
+        f"as {fmt.name}'s (one bit more than its {fmt.mantissa_bits} fraction bits). "
+        "The exponent is the position of the leading bit: `math.frexp(abs(x))[1] - 1`, or floor(log2|x|)."
+    )
+
+
+@format_model("exponent one too low", _exponent_too_low_message)
+def exponent_one_too_low(fmt, x):
+    return _stored_as(fmt, x, exponent_of="minus_one")
+
+
+def _subnormal_exponent_message(fmt):
+    return (
+        f"Subnormals share the smallest normal's exponent, 1 - bias = {fmt.emin}: "
+        f"the exponent field 0 means 2^{fmt.emin} with a leading 0, "
+        f"so the subnormal spacing is 2^{fmt.emin - fmt.mantissa_bits}. "
+        f"Clamp the exponent with max(exponent, {fmt.emin}), not one power of two off."
+    )
+
+
+@format_rule("subnormal exponent", _subnormal_exponent_message)
+def subnormal_exponent_off_by_one(fmt, x, expected, got) -> bool:
+    return any(same_float(got, _stored_as(fmt, x, emin_shift=d)) for d in (-1, 1))
+
+
+def _bias_message(fmt):
+    e, m, bias = fmt.exponent_bits, fmt.mantissa_bits, fmt.bias
+    return (
+        f"Your exponent bias is wrong: {fmt.name} has {e} exponent bits, so bias = 2^({e} - 1) - 1 = "
+        f"{bias}. The bias sets the range: the smallest normal is 2^(1 - bias) = 2^{fmt.emin} and the "
+        f"largest value (2 - 2^-{m}) * 2^bias = {fmt.max:.6g}; another bias moves both."
+    )
+
+
+@format_rule("bias", _bias_message)
+def other_bias(fmt, x, expected, got) -> bool:
+    e, bias = fmt.exponent_bits, fmt.bias
+    wrong_biases = sorted({bias - 1, bias + 1, 2**e - 1, 2**e} - {bias})
+    return any(same_float(got, _stored_as(fmt, x, bias=b)) for b in wrong_biases)
+
+
+# The other format's widths, in whole or in part.
+
+
+@format_model(
+    "float16 for bfloat16",
+    "You stored bfloat16 values as float16 (5 exponent bits, 10 mantissa bits). "
+    "bfloat16 has 8 exponent bits and 7 mantissa bits.",
+    only=BFLOAT16,
+)
+def float16_for_bfloat16(fmt, x):
+    return model_round(x, 5, 10)
+
+
+@format_model(
+    "mantissa bits",
+    "Wrong number of mantissa bits: you kept float16's 10 for bfloat16, which has only 7.",
+    only=BFLOAT16,
+)
+def float16_mantissa_for_bfloat16(fmt, x):
+    return model_round(x, fmt.exponent_bits, 10)
+
+
+@format_model(
+    "exponent bits",
+    "Wrong exponent range: bfloat16 has float32's 8 exponent bits (max 3.39e38, smallest normal 1.18e-38); "
+    "you used float16's 5 (max 65504).",
+    only=BFLOAT16,
+)
+def float16_exponent_for_bfloat16(fmt, x):
+    return model_round(x, 5, fmt.mantissa_bits)
+
+
+@format_model(
+    "bfloat16 for float16",
+    "You stored float16 values with bfloat16's layout (8 exponent, 7 mantissa bits). "
+    "float16 has 5 exponent bits and 10 mantissa bits.",
+    only=FLOAT16,
+)
+def bfloat16_for_float16(fmt, x):
+    return model_round(x, 8, 7)
+
+
+def _mantissa_off_by_one_message(fmt):
+    m = fmt.mantissa_bits
+    return (
+        f"Off by one in the mantissa: {fmt.name} stores {m} fraction bits after an implicit leading 1 "
+        f"({m + 1} significant bits), so the spacing above 1 is 2^-{m}."
+    )
+
+
+@format_rule("mantissa off by one", _mantissa_off_by_one_message)
+def mantissa_off_by_one(fmt, x, expected, got) -> bool:
+    return any(same_float(got, model_round(x, fmt.exponent_bits, fmt.mantissa_bits + d)) for d in (-1, 1))
+
+
+# 01.1's table, most specific first: the first rule wins a tie in how many mismatches it explains.
+STORED_VALUE_RULES = (
+    nan_not_kept,
+    inf_not_kept,
+    returned_unchanged,
+    negative_zero_lost,
+    sign_dropped,
+    truncated,
+    ties_away_from_zero,
+    flushed_subnormals,
+    full_precision_subnormals,
+    saturated_at_max,
+    overflowed_before_rounding,
+    max_at_the_power_above,
+    never_overflows,
+    max_itself_overflows,
+    exponent_one_too_high,
+    exponent_one_too_low,
+    subnormal_exponent_off_by_one,
+    other_bias,
+    float16_for_bfloat16,
+    float16_mantissa_for_bfloat16,
+    float16_exponent_for_bfloat16,
+    bfloat16_for_float16,
+    mantissa_off_by_one,
+)
+
+
 def stored_value_mistakes(fmt: FloatFormat) -> tuple[Mistake, ...]:
     """Every known wrong answer for ``fmt``, in priority order (the first wins a tie in how many it explains).
 
     Each rule reads one mismatch ``(x, expected, got)``: the probe value, what torch stores, the learner's
     value. Most rules are *models*: ``model_round`` with one mistake built in, replayed on ``x``.
     """
-    e, m = fmt.exponent_bits, fmt.mantissa_bits
-    name = fmt.name
-
-    def model(**kwargs):
-        widths = (kwargs.pop("e", e), kwargs.pop("m", m))
-        return lambda x, expected, got: same_float(got, model_round(x, *widths, **kwargs))
-
-    sub, normal = fmt.smallest_subnormal, fmt.smallest_normal
-    mistakes = [
-        Mistake(
-            "nan",
-            lambda x, expected, got: math.isnan(x) and not math.isnan(got),
-            "NaN must stay NaN: a NaN input is stored as NaN (check math.isnan(x) first; NaN compares "
-            "False with everything, so it slips through comparisons).",
-        ),
-        Mistake(
-            "inf",
-            lambda x, expected, got: math.isinf(x) and not same_float(got, x),
-            "+-inf must be stored as +-inf (math.frexp(inf) does not give an exponent; handle inf before "
-            "rounding).",
-        ),
-        Mistake(
-            "unchanged",
-            lambda x, expected, got: same_float(got, x),
-            f"You returned x unchanged: {name} keeps only {m} mantissa bits, so most values must be rounded.",
-        ),
-        Mistake(
-            "negative zero",
-            lambda x, expected, got: (
-                expected == 0 and math.copysign(1, expected) < 0 and got == 0 and math.copysign(1, got) > 0
-            ),
-            "Negative zero lost its sign: -0.0 (and a negative value that underflows) must come back as "
-            "-0.0. Use math.copysign(result, x) at the end.",
-        ),
-        Mistake(
-            "sign",
-            model(keep_sign=False),
-            "The sign is lost: negative inputs came back positive. Round |x|, then put the sign back "
-            "with math.copysign(result, x).",
-        ),
-        Mistake(
-            "truncation",
-            model(rounding="trunc"),
-            "You truncated (chopped off) the extra mantissa bits. Storing a number rounds it to the "
-            f"NEAREST {name} value, so e.g. 1 + 0.7*2^-{m} becomes 1 + 2^-{m}, not 1.",
-        ),
-        Mistake(
-            "ties away",
-            model(rounding="away"),
-            f"Ties are rounded away from zero, but IEEE rounds ties to EVEN: 1 + 2^-{m + 1} lies exactly "
-            f"halfway between 1 and 1 + 2^-{m} and is stored as 1 (last mantissa bit 0). Python's "
-            "round() does ties-to-even; math.floor(q + 0.5) does not.",
-        ),
-        Mistake(
-            "flush",
-            model(subnormals="flush"),
-            f"No subnormals: you flushed values below the smallest normal ({normal:.4g} = 2^{fmt.emin}) "
-            f"to zero. {name} keeps subnormals down to {sub:.4g} = 2^{fmt.emin - m}: clamp the exponent "
-            f"at {fmt.emin} and keep the (fewer) bits that remain.",
-        ),
-        Mistake(
-            "subnormal precision",
-            model(subnormals="unbounded"),
-            f"Below the smallest normal ({normal:.4g} = 2^{fmt.emin}) the spacing stays "
-            f"2^{fmt.emin - m}: subnormals have FEWER significant bits and tiny values underflow to 0. "
-            f"You kept full precision there; use exponent = max(exponent, {fmt.emin}).",
-        ),
-        Mistake(
-            "saturate",
-            model(overflow="saturate"),
-            f"You saturated at max ({fmt.max:.6g}), but a value that rounds beyond max overflows to inf.",
-        ),
-        Mistake(
-            "overflow before rounding",
-            model(overflow="before_rounding"),
-            f"You sent every |x| > max ({fmt.max:.6g}) to inf before rounding. Values between max and "
-            f"{fmt.overflow_threshold:.6g} (max + half a step) round DOWN to max; only |x| >= "
-            f"{fmt.overflow_threshold:.6g} overflows. Round first, then check for overflow.",
-        ),
-    ]
-    mistakes += _layout_mistakes(fmt, model)
-    if fmt is BFLOAT16:
-        mistakes += [
-            Mistake(
-                "float16 for bfloat16",
-                model(e=5, m=10),
-                "You stored bfloat16 values as float16 (5 exponent bits, 10 mantissa bits). bfloat16 has "
-                "8 exponent bits and 7 mantissa bits.",
-            ),
-            Mistake(
-                "mantissa bits",
-                model(m=10),
-                "Wrong number of mantissa bits: you kept float16's 10 for bfloat16, which has only 7.",
-            ),
-            Mistake(
-                "exponent bits",
-                model(e=5),
-                "Wrong exponent range: bfloat16 has float32's 8 exponent bits (max 3.39e38, smallest "
-                "normal 1.18e-38); you used float16's 5 (max 65504).",
-            ),
-        ]
-    else:
-        mistakes += [
-            Mistake(
-                "bfloat16 for float16",
-                model(e=8, m=7),
-                "You stored float16 values with bfloat16's layout (8 exponent, 7 mantissa bits). float16 "
-                "has 5 exponent bits and 10 mantissa bits.",
-            ),
-        ]
-    mistakes += [
-        Mistake(
-            "mantissa off by one",
-            lambda x, expected, got: any(same_float(got, model_round(x, e, m + d)) for d in (-1, 1)),
-            f"Off by one in the mantissa: {name} stores {m} fraction bits after an implicit leading 1 "
-            f"({m + 1} significant bits), so the spacing above 1 is 2^-{m}.",
-        ),
-    ]
-    return tuple(mistakes)
-
-
-def _layout_mistakes(fmt: FloatFormat, model) -> list[Mistake]:
-    """Mistakes in the layout arithmetic: the exponent of |x|, the bias, the subnormal exponent, the maximum.
-
-    Each one changes the grid or the range by a factor of two, so without its own rule it would look like
-    "one mantissa bit too many or too few"; with one, the message names the line that is wrong.
-    """
-    e, m, bias, name = fmt.exponent_bits, fmt.mantissa_bits, fmt.bias, fmt.name
-    wrong_biases = sorted({bias - 1, bias + 1, 2**e - 1, 2**e} - {bias})
-    power_above = 2.0 ** (bias + 1)
-
-    def other_bias(x, expected, got):
-        return any(same_float(got, model_round(x, e, m, bias=b)) for b in wrong_biases)
-
-    return [
-        Mistake(
-            "max at the next power of two",
-            model(largest=power_above),
-            (
-                f"You let values up to 2^{bias + 1} = {power_above:g} stay finite, but {name}'s largest "
-                f"finite number is {fmt.max:.6g} = (2 - 2^-{m}) * 2^{bias}: the largest mantissa is all ones, "
-                f"not 2.0. A value that rounds beyond {fmt.max:.6g} (every |x| >= "
-                f"{fmt.overflow_threshold:.6g}) overflows to inf."
-            ),
-        ),
-        Mistake(
-            "no overflow",
-            model(largest=math.inf),
-            (
-                f"Nothing ever overflows in your answer: values beyond max come back finite, but {name} "
-                f"cannot hold them. After rounding, a magnitude above max ({fmt.max:.6g}) is stored as inf: "
-                "`if magnitude > largest: magnitude = math.inf`."
-            ),
-        ),
-        Mistake(
-            "max itself overflows",
-            model(overflow="at_max"),
-            (
-                f"You sent values that round to exactly max ({fmt.max:.6g}) to inf, but max itself is "
-                "finite: only a value that rounds *beyond* max overflows. Compare with `>`, not `>=`."
-            ),
-        ),
-        Mistake(
-            "exponent one too high",
-            model(exponent_of="plus_one"),
-            (
-                f"Your exponent of |x| is one too high, so you rounded to a grid twice as coarse as {name}'s "
-                "(and overflow and subnormals start one power of two off). The exponent is the position of "
-                "the leading bit, `math.frexp(abs(x))[1] - 1` (frexp's mantissa lies in [0.5, 1), hence the "
-                "-1) or floor(log2|x|); ceil(log2|x|) is one too high for every value that is not a power of "
-                "two."
-            ),
-        ),
-        Mistake(
-            "exponent one too low",
-            model(exponent_of="minus_one"),
-            (
-                f"Your exponent of |x| is one too low, so you rounded to a grid twice as fine as {name}'s "
-                f"(one bit more than its {m} fraction bits). The exponent is the position of the leading "
-                "bit: `math.frexp(abs(x))[1] - 1`, or floor(log2|x|)."
-            ),
-        ),
-        Mistake(
-            "subnormal exponent",
-            lambda x, expected, got: any(
-                same_float(got, model_round(x, e, m, emin_shift=d)) for d in (-1, 1)
-            ),
-            (
-                f"Subnormals share the smallest normal's exponent, 1 - bias = {fmt.emin}: the exponent field "
-                f"0 means 2^{fmt.emin} with a leading 0, so the subnormal spacing is 2^{fmt.emin - m}. Clamp "
-                f"the exponent with max(exponent, {fmt.emin}), not one power of two off."
-            ),
-        ),
-        Mistake(
-            "bias",
-            other_bias,
-            (
-                f"Your exponent bias is wrong: {name} has {e} exponent bits, so bias = 2^({e} - 1) - 1 = "
-                f"{bias}. The bias sets the range: the smallest normal is 2^(1 - bias) = 2^{fmt.emin} and the "
-                f"largest value (2 - 2^-{m}) * 2^bias = {fmt.max:.6g}; another bias moves both."
-            ),
-        ),
-    ]
+    return tuple(known.bind(fmt) for known in STORED_VALUE_RULES if known.applies_to(fmt))
 
 
 def _to_float(got, call: str) -> float:
@@ -375,9 +533,8 @@ def _name_mismatches(mismatches: list, rules, what_differs: str, show):
     details = [show(*item) for item in mismatches[:6]]
     if rule is None:
         return failed(
-            f"{len(mismatches)} {what_differs}. None of the usual mistakes explains them; compare "
-            "your steps with the lesson (exponent, rounding to nearest even, subnormals, overflow, "
-            "sign).",
+            f"{len(mismatches)} {what_differs}. None of the usual mistakes explains them; compare your "
+            "steps with the lesson (exponent, rounding to nearest even, subnormals, overflow, sign).",
             details,
         )
     example = next(item for item in mismatches if rule.matches(*item))
@@ -394,8 +551,8 @@ def check_stored_value(stored_value):
     first = _to_float(got, "stored_value(1.0, 'float16')")
     if first != 1.0:
         stop(
-            f"stored_value(1.0, 'float16') returned {first!r}; 1.0 is exactly representable, so it is "
-            "stored as 1.0."
+            f"stored_value(1.0, 'float16') returned {first!r}; "
+            "1.0 is exactly representable, so it is stored as 1.0."
         )
     total = 0
     for fmt in FORMATS_CHECKED:
@@ -416,8 +573,8 @@ def check_stored_value(stored_value):
             what_differs = f"of {len(values)} {fmt.name} values differ from what torch stores"
             return _name_mismatches(mismatches, stored_value_mistakes(fmt), what_differs, show)
     return passed(
-        f"All {total} values match torch's float16 and bfloat16 casts bit for bit: rounding to "
-        "nearest even, subnormals, overflow to inf, NaN and -0.0."
+        f"All {total} values match torch's float16 and bfloat16 casts bit for bit: "
+        "rounding to nearest even, subnormals, overflow to inf, NaN and -0.0."
     )
 
 
@@ -470,111 +627,179 @@ def classify_values(fmt: FloatFormat) -> list[float]:
     return _f32(positive + negative + [-0.0, -math.inf, math.nan])
 
 
+# --- known wrong labellings for 01.2, each written once for both formats ----------------------------
+
+
+@dataclass(frozen=True)
+class Labelling:
+    """What a 01.2 rule reads besides the mismatch: the format, and all of the learner's labels by value."""
+
+    fmt: FloatFormat
+    values: list[float]
+    labels: list[str]
+
+    def label_of(self, value: float) -> str | None:
+        """The learner's label for ``value`` (its first occurrence), or None when it was not asked."""
+        for v, label in zip(self.values, self.labels):
+            if v == value:
+                return label
+        return None
+
+
+@format_rule(
+    "nan",
+    "A NaN input stays NaN after the cast: its kind is 'nan'. Test math.isnan(x) first: "
+    "NaN compares False with every threshold, so it falls through to whatever your last branch returns.",
+)
+def nan_not_labelled_nan(answers, x, expected, got) -> bool:
+    return math.isnan(x) and got != "nan"
+
+
+@format_rule("inf input", "+-inf is stored as +-inf: its kind is 'inf'.")
+def inf_not_labelled_inf(answers, x, expected, got) -> bool:
+    return math.isinf(x) and got != "inf"
+
+
+@format_rule("zero input", "0.0 and -0.0 are stored as zero: kind 'zero'.")
+def zero_not_labelled_zero(answers, x, expected, got) -> bool:
+    return x == 0 and got != "zero"
+
+
+@format_rule(
+    "negative values",
+    "Your labels for negative values are wrong although you got their magnitudes right: "
+    "the kind depends on |x|, so compare abs(x) with the thresholds.",
+)
+def positive_twin_right(answers, x, expected, got) -> bool:
+    return x < 0 and answers.label_of(-x) == expected
+
+
+@format_rule(
+    "float16 range for bfloat16",
+    "You used float16's range for bfloat16. bfloat16 has float32's 8 exponent bits: normal from 1.18e-38 up "
+    "to 3.39e38, subnormal down to 9.2e-41 (e.g. 1e5 and 1e-6 are ordinary normal numbers in bfloat16).",
+    only=BFLOAT16,
+)
+def float16_range_for_bfloat16(answers, x, expected, got) -> bool:
+    return got == kind_of_stored(model_round(x, 5, 10), FLOAT16)
+
+
+def _overflow_too_early_message(fmt):
+    return (
+        f"Values just above max round DOWN to max ({fmt.max:.6g}): "
+        f"only |x| >= {fmt.overflow_threshold:.6g} (max + half a step) becomes inf. "
+        "Compare with that threshold, or round first and classify the rounded value."
+    )
+
+
+@format_rule("overflow before rounding", _overflow_too_early_message)
+def overflow_too_early(answers, x, expected, got) -> bool:
+    return expected == "normal" and got == "inf" and abs(x) > answers.fmt.max
+
+
+def _overflow_missed_message(fmt):
+    threshold = fmt.overflow_threshold
+    return (
+        f"|x| >= {threshold:.6g} rounds beyond max, so it is stored as inf. "
+        f"Exactly {threshold:.6g} is a tie between max and the next power of two; "
+        "the tie goes to the even one, which is beyond the range: inf."
+    )
+
+
+@format_rule("overflow missed", _overflow_missed_message)
+def overflow_missed(answers, x, expected, got) -> bool:
+    return expected == "inf" and got != "inf" and math.isfinite(x)
+
+
+def _underflow_too_early_message(fmt):
+    sub = fmt.smallest_subnormal
+    return (
+        f"Values between half the smallest subnormal ({sub / 2:.4g}) and the smallest subnormal ({sub:.4g}) "
+        f"round UP to {sub:.4g}: they are 'subnormal', not 'zero'. Only |x| <= {sub / 2:.4g} rounds to zero."
+    )
+
+
+@format_rule("underflow too early", _underflow_too_early_message)
+def underflow_too_early(answers, x, expected, got) -> bool:
+    return expected == "subnormal" and got == "zero" and abs(x) < answers.fmt.smallest_subnormal
+
+
+def _flush_labels_message(fmt):
+    return (
+        f"No subnormals: values below the smallest normal ({fmt.smallest_normal:.4g}) are not zero. "
+        f"Down to the smallest subnormal ({fmt.smallest_subnormal:.4g} = 2^{fmt.emin - fmt.mantissa_bits}) "
+        "they are stored as subnormals."
+    )
+
+
+@format_rule("flush", _flush_labels_message)
+def subnormals_labelled_zero(answers, x, expected, got) -> bool:
+    return expected == "subnormal" and got == "zero"
+
+
+def _underflow_missed_message(fmt):
+    return (
+        f"|x| <= {fmt.smallest_subnormal / 2:.4g} (half the smallest subnormal) rounds to zero; "
+        "exactly half is a tie and goes to the even neighbour, which is 0."
+    )
+
+
+@format_rule("underflow missed", _underflow_missed_message)
+def underflow_missed(answers, x, expected, got) -> bool:
+    return expected == "zero" and got != "zero" and x != 0
+
+
+def _normal_boundary_message(fmt):
+    normal, sub = fmt.smallest_normal, fmt.smallest_subnormal
+    return (
+        f"Values just below the smallest normal ({normal:.4g}) round UP to it: "
+        f"|x| >= {normal - sub / 2:.6g} (halfway between the largest subnormal and the smallest normal) "
+        "is stored as a normal number."
+    )
+
+
+@format_rule("normal boundary", _normal_boundary_message)
+def normal_boundary_missed(answers, x, expected, got) -> bool:
+    return expected == "normal" and got == "subnormal" and abs(x) < answers.fmt.smallest_normal
+
+
+def _subnormal_missed_message(fmt):
+    return (
+        f"|x| below the smallest normal ({fmt.smallest_normal:.4g} = 2^{fmt.emin}) is stored as a "
+        "subnormal (exponent field 0)."
+    )
+
+
+@format_rule("subnormal missed", _subnormal_missed_message)
+def subnormal_labelled_normal(answers, x, expected, got) -> bool:
+    return expected == "subnormal" and got == "normal"
+
+
+# 01.2's table, most specific first: the first rule wins a tie in how many mismatches it explains.
+CLASSIFY_RULES = (
+    nan_not_labelled_nan,
+    inf_not_labelled_inf,
+    zero_not_labelled_zero,
+    positive_twin_right,
+    float16_range_for_bfloat16,
+    overflow_too_early,
+    overflow_missed,
+    underflow_too_early,
+    subnormals_labelled_zero,
+    underflow_missed,
+    normal_boundary_missed,
+    subnormal_labelled_normal,
+)
+
+
 def classify_mistakes(fmt: FloatFormat, values: list[float], labels: list[str]) -> tuple[Mistake, ...]:
     """Every known wrong labelling, in priority order; each rule reads one mismatch ``(x, expected, got)``.
 
     ``values`` and ``labels`` (all of the learner's answers) let a rule compare a value with its positive
     twin.
     """
-    sub, normal, big, threshold = fmt.smallest_subnormal, fmt.smallest_normal, fmt.max, fmt.overflow_threshold
-    position = {}
-    for i, v in enumerate(values):
-        position.setdefault(v, i)
-
-    def positive_twin_right(x, expected, got):
-        if not x < 0:
-            return False
-        twin = position.get(-x)
-        return twin is not None and labels[twin] == expected
-
-    def float16_kind(x):
-        return kind_of_stored(model_round(x, 5, 10), FLOAT16)
-
-    mistakes = [
-        Mistake(
-            "nan",
-            lambda x, expected, got: math.isnan(x) and got != "nan",
-            "A NaN input stays NaN after the cast: its kind is 'nan'. Test math.isnan(x) first: NaN "
-            "compares False with every threshold, so it falls through to whatever your last branch "
-            "returns.",
-        ),
-        Mistake(
-            "inf input",
-            lambda x, expected, got: math.isinf(x) and got != "inf",
-            "+-inf is stored as +-inf: its kind is 'inf'.",
-        ),
-        Mistake(
-            "zero input",
-            lambda x, expected, got: x == 0 and got != "zero",
-            "0.0 and -0.0 are stored as zero: kind 'zero'.",
-        ),
-        Mistake(
-            "negative values",
-            positive_twin_right,
-            "Your labels for negative values are wrong although you got their magnitudes right: the kind "
-            "depends on |x|, so compare abs(x) with the thresholds.",
-        ),
-    ]
-    if fmt is BFLOAT16:
-        mistakes.append(
-            Mistake(
-                "float16 range for bfloat16",
-                lambda x, expected, got: got == float16_kind(x),
-                "You used float16's range for bfloat16. bfloat16 has float32's 8 exponent bits: normal from "
-                "1.18e-38 up to 3.39e38, subnormal down to 9.2e-41 (e.g. 1e5 and 1e-6 are ordinary normal "
-                "numbers in bfloat16).",
-            )
-        )
-    mistakes += [
-        Mistake(
-            "overflow before rounding",
-            lambda x, expected, got: expected == "normal" and got == "inf" and abs(x) > big,
-            f"Values just above max round DOWN to max ({big:.6g}): only |x| >= {threshold:.6g} (max + "
-            "half a step) becomes inf. Compare with that threshold, or round first and classify the "
-            "rounded value.",
-        ),
-        Mistake(
-            "overflow missed",
-            lambda x, expected, got: expected == "inf" and got != "inf" and math.isfinite(x),
-            f"|x| >= {threshold:.6g} rounds beyond max, so it is stored as inf. Exactly {threshold:.6g} "
-            "is a tie between max and the next power of two; the tie goes to the even one, which is "
-            "beyond the range: inf.",
-        ),
-        Mistake(
-            "underflow too early",
-            lambda x, expected, got: expected == "subnormal" and got == "zero" and abs(x) < sub,
-            f"Values between half the smallest subnormal ({sub / 2:.4g}) and the smallest subnormal "
-            f"({sub:.4g}) round UP to {sub:.4g}: they are 'subnormal', not 'zero'. Only |x| <= "
-            f"{sub / 2:.4g} rounds to zero.",
-        ),
-        Mistake(
-            "flush",
-            lambda x, expected, got: expected == "subnormal" and got == "zero",
-            f"No subnormals: values below the smallest normal ({normal:.4g}) are not zero. Down to the "
-            f"smallest subnormal ({sub:.4g} = 2^{fmt.emin - fmt.mantissa_bits}) they are stored as "
-            "subnormals.",
-        ),
-        Mistake(
-            "underflow missed",
-            lambda x, expected, got: expected == "zero" and got != "zero" and x != 0,
-            f"|x| <= {sub / 2:.4g} (half the smallest subnormal) rounds to zero; exactly half is a tie "
-            "and goes to the even neighbour, which is 0.",
-        ),
-        Mistake(
-            "normal boundary",
-            lambda x, expected, got: expected == "normal" and got == "subnormal" and abs(x) < normal,
-            f"Values just below the smallest normal ({normal:.4g}) round UP to it: |x| >= "
-            f"{normal - sub / 2:.6g} (halfway between the largest subnormal and the smallest normal) is "
-            "stored as a normal number.",
-        ),
-        Mistake(
-            "subnormal missed",
-            lambda x, expected, got: expected == "subnormal" and got == "normal",
-            f"|x| below the smallest normal ({normal:.4g} = 2^{fmt.emin}) is stored as a subnormal "
-            "(exponent field 0).",
-        ),
-    ]
-    return tuple(mistakes)
+    answers = Labelling(fmt, list(values), list(labels))
+    return tuple(known.bind(fmt, answers) for known in CLASSIFY_RULES if known.applies_to(fmt))
 
 
 def _labels(got, n: int, call: str) -> list[str]:
@@ -586,14 +811,14 @@ def _labels(got, n: int, call: str) -> list[str]:
         stop(f"{call} returned a {type(got).__name__}; return a list with one label per value.")
     if len(labels) != n:
         stop(
-            f"{call} returned {len(labels)} labels for {n} values; return exactly one label per value, in "
-            "order."
+            f"{call} returned {len(labels)} labels for {n} values; "
+            "return exactly one label per value, in order."
         )
     for i, label in enumerate(labels):
         if not isinstance(label, str):
             stop(
-                f"{call}: label {i} is a {type(label).__name__} ({label!r}); use one of the strings "
-                f"{', '.join(KINDS)}."
+                f"{call}: label {i} is a {type(label).__name__} ({label!r}); "
+                f"use one of the strings {', '.join(KINDS)}."
             )
         if label not in KINDS:
             cleaned = label.strip().lower()
@@ -630,7 +855,6 @@ def check_classify(classify):
                 show,
             )
     return passed(
-        f"All {total} labels match what torch's float16 and bfloat16 casts produce, including the "
-        "edges: just above max, the overflow tie, the underflow tie and the normal/subnormal "
-        "boundary."
+        f"All {total} labels match what torch's float16 and bfloat16 casts produce, including the edges: "
+        "just above max, the overflow tie, the underflow tie and the normal/subnormal boundary."
     )

@@ -9,6 +9,7 @@ to name the one that explains it.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
@@ -22,7 +23,7 @@ from amp_lessons.checks.harness import (
     passed,
     stop,
 )
-from amp_lessons.checks.mistakes import Mistake, best_mistake
+from amp_lessons.checks.mistakes import Mistake, best_mistake, rule
 from amp_lessons.core.environment import dtype_name
 from amp_lessons.l02_fp16_underflow_and_loss_scaling.scaling import classify, flat_values, limits
 from amp_lessons.l02_fp16_underflow_and_loss_scaling.scaling import log_uniform as _log_uniform
@@ -69,7 +70,6 @@ def _matches(a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, tuple):
-        return all(_same(float(x), float(y)) for x, y in zip(a, b))
         return all(_same(float(x), float(y)) for x, y in zip(a, b))
     return _same(float(a), float(b))
 
@@ -129,8 +129,8 @@ def _fraction_cases():
     ]
     cases += [
         (
-            "values at the rounding edges (2^-26, 2^-25, 1.5*2^-25, ..., 65510, 65519, 65520, 1e5), "
-            "float16, scale 1",
+            "values at the rounding edges (2^-26, 2^-25, 1.5*2^-25, ..., 65510, 65519, "
+            "65520, 1e5), float16, scale 1",
             edges,
             F16,
             1.0,
@@ -163,98 +163,24 @@ def _finite_nonzero(grad):
     return grad[torch.isfinite(grad) & (grad != 0)]
 
 
-def replays(wrong):
-    """A model rule's ``recognise(case, answer)``: does the wrong implementation give the learner's answer?"""
-    return lambda case, answer: _matches(wrong(*case[1:]), answer)
+# Known wrong answers. A rule reads one ``(case, answer)`` pair: the checker's input ``(description, *args)``
+# and the learner's answer on it. Most rules are *models*: a wrong implementation, replayed on the same
+# arguments. (``mistakes.replays`` reads facts ``(*inputs, expected, got)``; these facts carry the case's
+# description first and no expected answer, hence ``model_rule`` here.)
 
 
-# Wrong implementations of lost_fractions(grad, dtype, scale), each reproducing one plausible mistake exactly.
+def _reproduces(wrong, case, answer) -> bool:
+    """Does the wrong implementation give the learner's answer on this case?"""
+    return _matches(wrong(*case[1:]), answer)
+
+
+def model_rule(name: str, message: str):
+    """``@rule`` for a model: decorate a wrong implementation (same arguments as the exercise's function)."""
+    return lambda wrong: rule(name, message)(partial(_reproduces, wrong))
 
 
 def _ratio(mask, denominator):
     return int(mask.sum()) / denominator if denominator else 0.0
-
-
-def _cast_first(g, dtype, scale):
-    g = _finite_nonzero(g)
-    c = g.to(dtype) * scale
-    return _ratio(c == 0, g.numel()), _ratio(torch.isinf(c), g.numel())
-
-
-def _normal_threshold(g, dtype, scale):
-    g = _finite_nonzero(g)
-    c = (g * scale).to(dtype)
-    return _ratio(c.abs() < torch.finfo(dtype).smallest_normal, g.numel()), _ratio(torch.isinf(c), g.numel())
-
-
-def _thresholds(g, dtype, scale):
-    g = _finite_nonzero(g)
-    fmt = limits(dtype)
-    s = (g * scale).abs()
-    return _ratio(s < fmt.smallest_subnormal, g.numel()), _ratio(s > fmt.max, g.numel())
-
-
-def _shifted(g, dtype, scale, under_factor=None, over=None):
-    g = _finite_nonzero(g)
-    fmt = limits(dtype)
-    s = g * scale
-    c = s.to(dtype)
-    under = c == 0 if under_factor is None else s.abs() < fmt.smallest_subnormal * under_factor
-    overflow = torch.isinf(c) if over is None else s.abs() >= over(fmt)
-    return _ratio(under, g.numel()), _ratio(overflow, g.numel())
-
-
-def _no_abs(g, dtype, scale):
-    g = _finite_nonzero(g)
-    fmt = limits(dtype)
-    s = g * scale
-    return _ratio(s < fmt.smallest_subnormal, g.numel()), _ratio(s > fmt.max, g.numel())
-
-
-def _positive_inf_only(g, dtype, scale):
-    g = _finite_nonzero(g)
-    c = (g * scale).to(dtype)
-    return _ratio(c == 0, g.numel()), _ratio(c == float("inf"), g.numel())
-
-
-def _over_numel(g, dtype, scale):
-    n = g.numel()
-    c = (_finite_nonzero(g) * scale).to(dtype)
-    return _ratio(c == 0, n), _ratio(torch.isinf(c), n)
-
-
-def _zeros_counted(g, dtype, scale):
-    c = (g[~torch.isnan(g)] * scale).to(dtype)
-    n = g.numel()
-    return _ratio(c == 0, n), _ratio(torch.isinf(c), n)
-
-
-def _zeros_counted_finite(g, dtype, scale):
-    f = g[torch.isfinite(g)]
-    c = (f * scale).to(dtype)
-    return _ratio(c == 0, f.numel()), _ratio(torch.isinf(c), f.numel())
-
-
-def _nonfinite_kept(g, dtype, scale):
-    g = g[g != 0]
-    c = (g * scale).to(dtype)
-    return _ratio(c == 0, g.numel()), _ratio(torch.isinf(c) | torch.isnan(c), g.numel())
-
-
-def _one_threshold(g, dtype, scale, under=None, over=None):
-    """The cast judges each end, except one that ``under``/``over`` (``(g * scale, dtype) -> mask``) judge."""
-    g = _finite_nonzero(g)
-    s = g * scale
-    c = s.to(dtype)
-    under_mask = c == 0 if under is None else under(s, dtype)
-    over_mask = torch.isinf(c) if over is None else over(s, dtype)
-    return _ratio(under_mask, g.numel()), _ratio(over_mask, g.numel())
-
-
-def _zeros_in_denominator(g, dtype, scale):
-    finite = g[torch.isfinite(g)]
-    c = (finite[finite != 0] * scale).to(dtype)
-    return _ratio(c == 0, finite.numel()), _ratio(torch.isinf(c), finite.numel())
 
 
 def _power_of_two_above_max(fmt):
@@ -263,162 +189,283 @@ def _power_of_two_above_max(fmt):
 
 _TINY = "the smallest subnormal 2^-24"
 
-NO_ABS = Mistake(
+# -- 02.1: wrong implementations of lost_fractions(grad, dtype, scale), each reproducing one mistake exactly
+
+
+@model_rule(
+    "swapped",
+    "You returned (overflow, underflow): the exercise asks for (underflow, overflow), in that order.",
+)
+def swapped_pair(grad, dtype, scale):
+    return _oracle_fractions(grad, dtype, scale)[::-1]
+
+
+@model_rule(
+    "percent", "Your numbers are 100 times too large: return fractions between 0 and 1, not percentages."
+)
+def percentages(grad, dtype, scale):
+    return tuple(100 * v for v in _oracle_fractions(grad, dtype, scale))
+
+
+@model_rule("counts", "You returned counts, not fractions: divide by the number of nonzero finite values.")
+def counts_not_fractions(grad, dtype, scale):
+    return tuple(v * _finite_nonzero(grad).numel() for v in _oracle_fractions(grad, dtype, scale))
+
+
+@model_rule(
+    "no scale", "Your answer does not change with `scale`: multiply the gradient by `scale` before casting."
+)
+def scale_ignored(grad, dtype, scale):
+    return _oracle_fractions(grad, dtype, 1.0)
+
+
+@model_rule(
+    "divided by scale",
+    "You divided by `scale`: loss scaling *multiplies* each value (`g * scale`) before the cast, "
+    "which is what lifts small gradients out of the underflow range.",
+)
+def divided_by_scale(grad, dtype, scale):
+    return _oracle_fractions(grad, dtype, 1.0 / scale)
+
+
+@rule(
+    "yes/no",
+    'You returned 1.0 or 0.0 ("was anything lost?", e.g. `.any()`) instead of a fraction: '
+    "divide the number of values lost by the number of nonzero finite values.",
+)
+def answered_yes_or_no(case, answer) -> bool:
+    under, over = _oracle_fractions(*case[1:])
+    return any(_matches(v, answer) for v in ((under, over > 0), (under > 0, over), (under > 0, over > 0)))
+
+
+@model_rule(
+    "cast first",
+    "You cast to the low-precision dtype first and scaled afterwards (`g.to(dtype) * scale`): "
+    "by then the small values are already 0. Loss scaling works because the multiplication happens before "
+    "the value is stored in FP16: compute `(g * scale).to(dtype)`.",
+)
+def cast_then_scaled(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    c = g.to(dtype) * scale
+    return _ratio(c == 0, g.numel()), _ratio(torch.isinf(c), g.numel())
+
+
+@model_rule(
+    "normal threshold",
+    "You counted subnormal results as underflow (compared with the smallest *normal* 2^-14). "
+    "A subnormal is still nonzero, only less precise; underflow means the cast gives exactly 0, i.e. "
+    f"below {_TINY} (after rounding).",
+)
+def below_smallest_normal(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    c = (g * scale).to(dtype)
+    return _ratio(c.abs() < torch.finfo(dtype).smallest_normal, g.numel()), _ratio(torch.isinf(c), g.numel())
+
+
+@model_rule(
+    "thresholds",
+    f"You compared |g * scale| with {_TINY} and with 65504 instead of casting. "
+    "Casting rounds to nearest: values above 2^-25 round *up* to 2^-24 and survive, and values below 65520 "
+    "round *down* to 65504 and stay finite. Cast and test the result (`== 0`, `isinf`).",
+)
+def compared_with_the_limits(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    fmt = limits(dtype)
+    s = (g * scale).abs()
+    return _ratio(s < fmt.smallest_subnormal, g.numel()), _ratio(s > fmt.max, g.numel())
+
+
+@model_rule(
+    "eps",
+    "You compared with torch.finfo(dtype).eps, "
+    "which measures *precision* (the gap between 1.0 and the next number: 2^-10 in float16), "
+    "not *range*: values far below eps, down to the smallest subnormal 2^-24, are stored fine. "
+    f"Underflow means the cast gives exactly 0: below {_TINY} after rounding. Cast and test `== 0`.",
+)
+def underflow_below_eps(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    s = g * scale
+    return _ratio(s.abs() < torch.finfo(dtype).eps, g.numel()), _ratio(torch.isinf(s.to(dtype)), g.numel())
+
+
+@model_rule(
+    "overflow by comparing with max",
+    "Your underflow is right, but you tested overflow with |g * scale| > finfo.max (65504 in float16). "
+    "Casting rounds to nearest: values below 65520 round *down* to 65504 and stay finite. "
+    "Test the cast the same way you did for underflow: `torch.isinf((g * scale).to(dtype))`.",
+)
+def overflow_compared_with_max(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    s = g * scale
+    return _ratio(s.to(dtype) == 0, g.numel()), _ratio(s.abs() > limits(dtype).max, g.numel())
+
+
+@model_rule(
+    "underflow by comparing with the smallest subnormal",
+    f"Your overflow is right, but you tested underflow with |g * scale| < {_TINY}. "
+    "Casting rounds to nearest: values above 2^-25 round *up* to 2^-24 and survive. "
+    "Test the cast the same way you did for overflow: `(g * scale).to(dtype) == 0`.",
+)
+def underflow_compared_with_tiny(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    s = g * scale
+    under = s.abs() < limits(dtype).smallest_subnormal
+    return _ratio(under, g.numel()), _ratio(torch.isinf(s.to(dtype)), g.numel())
+
+
+@model_rule(
+    "2^-23",
+    f"Off by one in the exponent: you treated everything below 2^-23 as underflow, but {_TINY} itself is "
+    "representable (and values above 2^-25 round up to it). Cast and test `== 0` instead.",
+)
+def underflow_below_2_23(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    s = g * scale
+    under = s.abs() < limits(dtype).smallest_subnormal * 2.0
+    return _ratio(under, g.numel()), _ratio(torch.isinf(s.to(dtype)), g.numel())
+
+
+@model_rule(
+    "2^-25",
+    "Off by one in the exponent: you compared with 2^-25, but exactly 2^-25 is a tie that rounds to 0 "
+    "(ties go to the even neighbour, 0). Cast and test `== 0` instead of comparing.",
+)
+def underflow_below_2_25(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    s = g * scale
+    under = s.abs() < limits(dtype).smallest_subnormal * 0.5
+    return _ratio(under, g.numel()), _ratio(torch.isinf(s.to(dtype)), g.numel())
+
+
+@model_rule(
+    "65536",
+    "You used 2^16 = 65536 as FP16's overflow limit, but values from 65520 up already round to inf "
+    "(the largest FP16 number is 65504). Cast and test `torch.isinf` instead.",
+)
+def overflow_at_65536(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    s = g * scale
+    over = s.abs() >= _power_of_two_above_max(limits(dtype))
+    return _ratio(s.to(dtype) == 0, g.numel()), _ratio(over, g.numel())
+
+
+@model_rule(
     "no abs",
-    replays(_no_abs),
     "You ignored the sign: `g * scale < threshold` is true for every negative gradient, and a large "
     "negative value never exceeds +65504. Negative gradients under/overflow exactly like positive ones: "
     "cast and test (`== 0`, `torch.isinf`), or use `.abs()`.",
 )
+def sign_ignored(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    fmt = limits(dtype)
+    s = g * scale
+    return _ratio(s < fmt.smallest_subnormal, g.numel()), _ratio(s > fmt.max, g.numel())
 
-# Each rule reads one (case, answer) pair; the table order breaks ties in how many cases a rule explains.
+
+@model_rule(
+    "positive inf only",
+    "You counted only +inf as overflow: large *negative* values become -inf. Use `torch.isinf`.",
+)
+def positive_inf_only(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    c = (g * scale).to(dtype)
+    return _ratio(c == 0, g.numel()), _ratio(c == float("inf"), g.numel())
+
+
+@model_rule(
+    "over numel",
+    "You divided by `grad.numel()`, which includes zeros and inf/NaN. "
+    "The fractions are of the nonzero, finite values only.",
+)
+def divided_by_numel(grad, dtype, scale):
+    n = grad.numel()
+    c = (_finite_nonzero(grad) * scale).to(dtype)
+    return _ratio(c == 0, n), _ratio(torch.isinf(c), n)
+
+
+# Three ways to get the zeros wrong, each a different answer with its own test: zeros (and inf) counted
+# over all values, zeros left out of the counts but kept in the denominator, zeros counted among the finite.
+
+
+@model_rule(
+    "zeros counted",
+    "You counted values that were already 0 in FP32 as underflow. Underflow means nonzero *before* the cast "
+    "and zero after: leave zeros (and inf/NaN) out of both counts and the denominator.",
+)
+def zeros_and_inf_counted(grad, dtype, scale):
+    c = (grad[~torch.isnan(grad)] * scale).to(dtype)
+    n = grad.numel()
+    return _ratio(c == 0, n), _ratio(torch.isinf(c), n)
+
+
+@model_rule(
+    "zeros in the denominator",
+    "You counted right, but divided by the number of finite values, zeros included. "
+    "The fractions are of the nonzero finite values: a value that was already 0 in FP32 lost nothing to the "
+    "cast, so it belongs in neither the counts nor the denominator.",
+)
+def zeros_in_the_denominator(grad, dtype, scale):
+    finite = grad[torch.isfinite(grad)]
+    c = (finite[finite != 0] * scale).to(dtype)
+    return _ratio(c == 0, finite.numel()), _ratio(torch.isinf(c), finite.numel())
+
+
+@model_rule(
+    "zeros counted finite",
+    "You counted values that were already 0 in FP32 as underflow (and in the denominator). "
+    "Keep only nonzero, finite values: `g = g[torch.isfinite(g) & (g != 0)]`.",
+)
+def zeros_counted_among_the_finite(grad, dtype, scale):
+    f = grad[torch.isfinite(grad)]
+    c = (f * scale).to(dtype)
+    return _ratio(c == 0, f.numel()), _ratio(torch.isinf(c), f.numel())
+
+
+@model_rule(
+    "nonfinite kept",
+    "You kept inf/NaN values that were already in the gradient: they count as overflow in your answer. "
+    "Scaling cannot cause or fix them; leave them out (use `torch.isfinite`).",
+)
+def nonfinite_kept(grad, dtype, scale):
+    g = grad[grad != 0]
+    c = (g * scale).to(dtype)
+    return _ratio(c == 0, g.numel()), _ratio(torch.isinf(c) | torch.isnan(c), g.numel())
+
+
+@model_rule(
+    "always fp16",
+    "Your answer ignores `dtype`: for bfloat16 the thresholds are 2^-133 and about 3.4e38. "
+    "Cast to the `dtype` you are given (or read the limits from `torch.finfo(dtype)`).",
+)
+def always_float16(grad, dtype, scale):
+    return _oracle_fractions(grad, F16, scale)
+
+
+# 02.1's table; the order breaks ties in how many cases a rule explains.
 FRACTION_MISTAKES = (
-    Mistake(
-        "swapped",
-        replays(lambda g, d, s: _oracle_fractions(g, d, s)[::-1]),
-        "You returned (overflow, underflow): the exercise asks for (underflow, overflow), in that order.",
-    ),
-    Mistake(
-        "percent",
-        replays(lambda g, d, s: tuple(100 * v for v in _oracle_fractions(g, d, s))),
-        "Your numbers are 100 times too large: return fractions between 0 and 1, not percentages.",
-    ),
-    Mistake(
-        "counts",
-        replays(lambda g, d, s: tuple(v * _finite_nonzero(g).numel() for v in _oracle_fractions(g, d, s))),
-        "You returned counts, not fractions: divide by the number of nonzero finite values.",
-    ),
-    Mistake(
-        "no scale",
-        replays(lambda g, d, s: _oracle_fractions(g, d, 1.0)),
-        "Your answer does not change with `scale`: multiply the gradient by `scale` before casting.",
-    ),
-    Mistake(
-        "divided by scale",
-        replays(lambda g, d, s: _oracle_fractions(g, d, 1.0 / s)),
-        "You divided by `scale`: loss scaling *multiplies* each value (`g * scale`) before the cast, "
-        "which is what lifts small gradients out of the underflow range.",
-    ),
-    Mistake(
-        "yes/no",
-        lambda c, a: any(
-            _matches(v, a)
-            for u, o in [_oracle_fractions(*c[1:])]  # .any()
-            for v in ((u, o > 0), (u > 0, o), (u > 0, o > 0))
-        ),
-        'You returned 1.0 or 0.0 ("was anything lost?", e.g. `.any()`) instead of a fraction: divide '
-        "the number of values lost by the number of nonzero finite values.",
-    ),
-    Mistake(
-        "cast first",
-        replays(_cast_first),
-        "You cast to the low-precision dtype first and scaled afterwards (`g.to(dtype) * "
-        "scale`): by then the small values are already 0. Loss scaling works because the multiplication "
-        "happens before the value is stored in FP16: compute `(g * scale).to(dtype)`.",
-    ),
-    Mistake(
-        "normal threshold",
-        replays(_normal_threshold),
-        "You counted subnormal results as underflow (compared with the smallest *normal* 2^-14). A "
-        "subnormal is still nonzero, only less precise; underflow means the cast gives exactly 0, i.e. "
-        f"below {_TINY} (after rounding).",
-    ),
-    Mistake(
-        "thresholds",
-        replays(_thresholds),
-        f"You compared |g * scale| with {_TINY} and with 65504 instead of casting. Casting rounds to "
-        "nearest: values above 2^-25 round *up* to 2^-24 and survive, and values below 65520 round "
-        "*down* to 65504 and stay finite. Cast and test the result (`== 0`, `isinf`).",
-    ),
-    Mistake(
-        "eps",
-        replays(
-            lambda g, d, s: _one_threshold(g, d, s, under=lambda v, dtype: v.abs() < torch.finfo(dtype).eps)
-        ),
-        "You compared with torch.finfo(dtype).eps, which measures *precision* (the gap between 1.0 and "
-        "the next number: 2^-10 in float16), not *range*: values far below eps, down to the smallest "
-        f"subnormal 2^-24, are stored fine. Underflow means the cast gives exactly 0: below {_TINY} "
-        "after rounding. Cast and test `== 0`.",
-    ),
-    Mistake(
-        "overflow by comparing with max",
-        replays(lambda g, d, s: _one_threshold(g, d, s, over=lambda v, dtype: v.abs() > limits(dtype).max)),
-        "Your underflow is right, but you tested overflow with |g * scale| > finfo.max (65504 in "
-        "float16). Casting rounds to nearest: values below 65520 round *down* to 65504 and stay finite. "
-        "Test the cast the same way you did for underflow: `torch.isinf((g * scale).to(dtype))`.",
-    ),
-    Mistake(
-        "underflow by comparing with the smallest subnormal",
-        replays(
-            lambda g, d, s: _one_threshold(
-                g, d, s, under=lambda v, dtype: v.abs() < limits(dtype).smallest_subnormal
-            )
-        ),
-        f"Your overflow is right, but you tested underflow with |g * scale| < {_TINY}. Casting rounds to "
-        "nearest: values above 2^-25 round *up* to 2^-24 and survive. Test the cast the same way you did "
-        "for overflow: `(g * scale).to(dtype) == 0`.",
-    ),
-    Mistake(
-        "2^-23",
-        replays(lambda g, d, s: _shifted(g, d, s, under_factor=2.0)),
-        f"Off by one in the exponent: you treated everything below 2^-23 as underflow, but {_TINY} "
-        "itself is representable (and values above 2^-25 round up to it). Cast and test `== 0` instead.",
-    ),
-    Mistake(
-        "2^-25",
-        replays(lambda g, d, s: _shifted(g, d, s, under_factor=0.5)),
-        "Off by one in the exponent: you compared with 2^-25, but exactly 2^-25 is a tie that "
-        "rounds to 0 (ties go to the even neighbour, 0). Cast and test `== 0` instead of comparing.",
-    ),
-    Mistake(
-        "65536",
-        replays(lambda g, d, s: _shifted(g, d, s, over=_power_of_two_above_max)),
-        "You used 2^16 = 65536 as FP16's overflow limit, but values from 65520 up already round to inf "
-        "(the largest FP16 number is 65504). Cast and test `torch.isinf` instead.",
-    ),
-    NO_ABS,
-    Mistake(
-        "positive inf only",
-        replays(_positive_inf_only),
-        "You counted only +inf as overflow: large *negative* values become -inf. Use `torch.isinf`.",
-    ),
-    Mistake(
-        "over numel",
-        replays(_over_numel),
-        "You divided by `grad.numel()`, which includes zeros and inf/NaN. The fractions are of the "
-        "nonzero, finite values only.",
-    ),
-    Mistake(
-        "zeros counted",
-        replays(_zeros_counted),
-        "You counted values that were already 0 in FP32 as underflow. Underflow means nonzero *before* "
-        "the cast and zero after: leave zeros (and inf/NaN) out of both counts and the denominator.",
-    ),
-    Mistake(
-        "zeros in the denominator",
-        replays(_zeros_in_denominator),
-        "You counted right, but divided by the number of finite values, zeros included. The fractions "
-        "are of the nonzero finite values: a value that was already 0 in FP32 lost nothing to the cast, "
-        "so it belongs in neither the counts nor the denominator.",
-    ),
-    Mistake(
-        "zeros counted finite",
-        replays(_zeros_counted_finite),
-        "You counted values that were already 0 in FP32 as underflow (and in the denominator). "
-        "Keep only nonzero, finite values: `g = g[torch.isfinite(g) & (g != 0)]`.",
-    ),
-    Mistake(
-        "nonfinite kept",
-        replays(_nonfinite_kept),
-        "You kept inf/NaN values that were already in the gradient: they count as overflow in your "
-        "answer. Scaling cannot cause or fix them; leave them out (use `torch.isfinite`).",
-    ),
-    Mistake(
-        "always fp16",
-        replays(lambda g, d, s: _oracle_fractions(g, F16, s)),
-        "Your answer ignores `dtype`: for bfloat16 the thresholds are 2^-133 and about 3.4e38. Cast to "
-        "the `dtype` you are given (or read the limits from `torch.finfo(dtype)`).",
-    ),
+    swapped_pair,
+    percentages,
+    counts_not_fractions,
+    scale_ignored,
+    divided_by_scale,
+    answered_yes_or_no,
+    cast_then_scaled,
+    below_smallest_normal,
+    compared_with_the_limits,
+    underflow_below_eps,
+    overflow_compared_with_max,
+    underflow_compared_with_tiny,
+    underflow_below_2_23,
+    underflow_below_2_25,
+    overflow_at_65536,
+    sign_ignored,
+    positive_inf_only,
+    divided_by_numel,
+    zeros_and_inf_counted,
+    zeros_in_the_denominator,
+    zeros_counted_among_the_finite,
+    nonfinite_kept,
+    always_float16,
 )
 
 
@@ -426,8 +473,8 @@ def _get_pair(fn, case, grad, dtype, scale):
     got = _call(fn, case, grad.clone(), dtype, scale)
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         stop(
-            f"`lost_fractions` returned {type(got).__name__} {str(got)[:80]!r}; return a tuple "
-            f"`(underflow, overflow)` of two numbers. (Input: {case}.)"
+            f"`lost_fractions` returned {type(got).__name__} {str(got)[:80]!r}; "
+            f"return a tuple `(underflow, overflow)` of two numbers. (Input: {case}.)"
         )
     return tuple(as_number(v, f"Part {i} of the result is") for i, v in enumerate(got))
 
@@ -457,15 +504,14 @@ def check_lost_fractions(lost_fractions):
         if mistake is None:
             flipped = _get_pair(lost_fractions, f"{case}, with every sign flipped", -grad, dtype, scale)
             if not _matches(flipped, answers[first_wrong]):
-                mistake = NO_ABS
+                mistake = sign_ignored
                 detail.append(
                     f"the same values with their signs flipped gave ({flipped[0]:.6g}, {flipped[1]:.6g})"
                 )
         if mistake is None:
             return failed(
-                "Your fractions differ from the definition. Keep the nonzero finite "
-                "values, compute `(g * scale).to(dtype)`, and count `== 0` (underflow) and "
-                "`torch.isinf` (overflow).",
+                "Your fractions differ from the definition. Keep the nonzero finite values, "
+                "compute `(g * scale).to(dtype)`, and count `== 0` (underflow) and `torch.isinf` (overflow).",
                 detail,
             )
         return failed(mistake.text(), detail)
@@ -474,24 +520,23 @@ def check_lost_fractions(lost_fractions):
             got = _get_pair(lost_fractions, case, grad, dtype, scale)
         except LearnerProblem as problem:
             problem.result.message += (
-                " When there are no nonzero finite values there is nothing to "
-                "lose: return (0.0, 0.0) instead of dividing by zero."
+                " When there are no nonzero finite values there is nothing to lose: "
+                "return (0.0, 0.0) instead of dividing by zero."
             )
             raise
         if any(math.isnan(v) for v in got):
             return failed(
-                f"On {case} you returned {got}: that is 0/0. With no nonzero finite "
-                "values there is nothing to lose: return (0.0, 0.0)."
+                f"On {case} you returned {got}: that is 0/0. "
+                "With no nonzero finite values there is nothing to lose: return (0.0, 0.0)."
             )
         if not _matches(got, (0.0, 0.0)):
             return failed(
-                f"On {case} you returned {got}; with no nonzero finite values the answer "
-                "is (0.0, 0.0) (zeros were zero before the cast, inf/NaN were broken before it)."
+                f"On {case} you returned {got}; with no nonzero finite values the answer is (0.0, 0.0) "
+                "(zeros were zero before the cast, inf/NaN were broken before it)."
             )
     return passed(
-        f"Right on all {len(cases) + 3} inputs, including the rounding edges (1.5*2^-25 "
-        "survives, 65519 stays finite), negative values, inf/NaN, empty and all-zero tensors, and "
-        "bfloat16's range."
+        f"Right on all {len(cases) + 3} inputs, including the rounding edges (1.5*2^-25 survives, "
+        "65519 stays finite), negative values, inf/NaN, empty and all-zero tensors, and bfloat16's range."
     )
 
 
@@ -603,7 +648,7 @@ def _special_scale_cases():
     }
 
 
-# Wrong implementations of largest_safe_scale(grads, dtype, max_exponent).
+# -- 02.2: wrong implementations of largest_safe_scale(grads, dtype, max_exponent)
 
 
 def _scale_by_limit(grads, dtype, max_exponent, limit):
@@ -627,7 +672,49 @@ def _scale_times(grads, dtype, max_exponent, factor):
     return None if answer is None else answer * factor
 
 
-def _scale_signed_max(grads, dtype, max_exponent):
+@model_rule(
+    "too big",
+    "Off by one in the exponent: your scale is twice the largest safe one, so the largest |gradient| times "
+    "your scale becomes inf. (`ceil`/`round` where `floor` belongs, or `<=` that should be `<`?)",
+)
+def twice_the_safe_scale(grads, dtype, max_exponent):
+    return _scale_times(grads, dtype, max_exponent, 2.0)
+
+
+@model_rule(
+    "too small",
+    "Off by one in the exponent: your scale is half the largest safe one; twice your scale still causes no "
+    "overflow. (`floor(...) - 1`, a loop that stops one step late, or `<` that should be `<=`?)",
+)
+def half_the_safe_scale(grads, dtype, max_exponent):
+    return _scale_times(grads, dtype, max_exponent, 0.5)
+
+
+@model_rule(
+    "65504 compare",
+    "You compared max|g| * scale with finfo.max = 65504, but casting rounds to nearest: "
+    "values below 65520 round *down* to 65504 and stay finite. "
+    "Overflow means the *cast* gives inf: test `torch.isinf((amax * scale).to(dtype))`.",
+)
+def compared_with_finfo_max(grads, dtype, max_exponent):
+    return _scale_by_limit(grads, dtype, max_exponent, torch.finfo(dtype).max * (1 + 2.0**-40))
+
+
+@model_rule(
+    "65536",
+    "You used 2^16 = 65536 as FP16's limit, but values from 65520 up already round to inf "
+    "(the largest FP16 number is 65504). Test the cast itself: `torch.isinf((amax * scale).to(dtype))`.",
+)
+def limit_at_65536(grads, dtype, max_exponent):
+    return _scale_by_limit(grads, dtype, max_exponent, _power_of_two_above_max(torch.finfo(dtype)))
+
+
+@model_rule(
+    "signed max",
+    "You ignored the sign: `max()` misses a large *negative* gradient, "
+    "which overflows to -inf just the same. Use the largest magnitude, `g.abs().max()`.",
+)
+def signed_max(grads, dtype, max_exponent):
     values = flat_values(grads)
     if not bool(torch.isfinite(values).all()):
         return None
@@ -637,7 +724,31 @@ def _scale_signed_max(grads, dtype, max_exponent):
     return _oracle_scale([torch.tensor([top])], dtype, max_exponent)
 
 
-def _scale_cast_first(grads, dtype, max_exponent):
+@model_rule(
+    "first only",
+    "You looked only at the first tensor of the list: the largest gradient can be in any of them.",
+)
+def first_tensor_only(grads, dtype, max_exponent):
+    return _oracle_scale(grads[:1], dtype, max_exponent)
+
+
+@model_rule(
+    "no cap",
+    "Your scale is larger than 2**max_exponent: "
+    "the cap is part of the answer (it is also what keeps a scaler from growing forever on tiny gradients).",
+)
+def no_cap(grads, dtype, max_exponent):
+    return _oracle_scale(grads, dtype, 200)
+
+
+@model_rule(
+    "cast first",
+    "You cast the largest gradient to the low-precision dtype before scaling it (`amax.to(dtype) * 2**k`): "
+    "the cast rounds it first, so near the top of the range you test a different "
+    "number (and one above the format's max is inf before any scale is tried). "
+    "Loss scaling multiplies in FP32 and casts once: test `(amax * 2.0**k).to(dtype)`.",
+)
+def amax_cast_first(grads, dtype, max_exponent):
     """The largest gradient cast to ``dtype`` first, then scaled there (the learner's loop, bounded)."""
     values = flat_values(grads)
     if not bool(torch.isfinite(values).all()):
@@ -652,77 +763,37 @@ def _scale_cast_first(grads, dtype, max_exponent):
     return None
 
 
-def _scale_at_least_one(grads, dtype, max_exponent):
+@model_rule(
+    "at least one",
+    "You never return a scale below 1, but gradients above the format's max (here 1e6 > 65504) already "
+    "overflow at scale 1: the largest safe scale is then a negative power of two.",
+)
+def never_below_one(grads, dtype, max_exponent):
     answer = _oracle_scale(grads, dtype, max_exponent)
     return None if answer is None else max(answer, 1.0)
 
 
+@model_rule(
+    "always fp16",
+    "Your answer ignores `dtype`: bfloat16 reaches about 3.4e38, "
+    "so it needs a different scale (read the limit from `torch.finfo(dtype)` or cast to `dtype`).",
+)
+def scale_for_float16_always(grads, dtype, max_exponent):
+    return _oracle_scale(grads, F16, max_exponent)
+
+
+# 02.2's table; the order breaks ties in how many cases a rule explains.
 SCALE_MISTAKES = (
-    Mistake(
-        "too big",
-        replays(lambda g, d, m: _scale_times(g, d, m, 2.0)),
-        "Off by one in the exponent: your scale is twice the largest safe one, so the largest |gradient| "
-        "times your scale becomes inf. (`ceil`/`round` where `floor` belongs, or `<=` that "
-        "should be `<`?)",
-    ),
-    Mistake(
-        "too small",
-        replays(lambda g, d, m: _scale_times(g, d, m, 0.5)),
-        "Off by one in the exponent: your scale is half the largest safe one; twice your scale still "
-        "causes no overflow. (`floor(...) - 1`, a loop that stops one step late, or `<` that should be "
-        "`<=`?)",
-    ),
-    Mistake(
-        "65504 compare",
-        replays(lambda g, d, m: _scale_by_limit(g, d, m, torch.finfo(d).max * (1 + 2.0**-40))),
-        "You compared max|g| * scale with finfo.max = 65504, but casting rounds to nearest: values "
-        "below 65520 round *down* to 65504 and stay finite. Overflow means the *cast* gives inf: test "
-        "`torch.isinf((amax * scale).to(dtype))`.",
-    ),
-    Mistake(
-        "65536",
-        replays(lambda g, d, m: _scale_by_limit(g, d, m, _power_of_two_above_max(torch.finfo(d)))),
-        "You used 2^16 = 65536 as FP16's limit, but values from 65520 up already round to inf "
-        "(the largest FP16 number is 65504). Test the cast itself: `torch.isinf((amax * "
-        "scale).to(dtype))`.",
-    ),
-    Mistake(
-        "signed max",
-        replays(_scale_signed_max),
-        "You ignored the sign: `max()` misses a large *negative* gradient, which overflows to -inf just "
-        "the same. Use the largest magnitude, `g.abs().max()`.",
-    ),
-    Mistake(
-        "first only",
-        replays(lambda g, d, m: _oracle_scale(g[:1], d, m)),
-        "You looked only at the first tensor of the list: the largest gradient can be in any of them.",
-    ),
-    Mistake(
-        "no cap",
-        replays(lambda g, d, m: _oracle_scale(g, d, 200)),
-        "Your scale is larger than 2**max_exponent: the cap is part of the answer (it is also "
-        "what keeps a scaler from growing forever on tiny gradients).",
-    ),
-    Mistake(
-        "cast first",
-        replays(_scale_cast_first),
-        "You cast the largest gradient to the low-precision dtype before scaling it (`amax.to(dtype) * "
-        "2**k`): the cast rounds it first, so near the top of the range you test a different number (and "
-        "one above the format's max is inf before any scale is tried). Loss scaling multiplies in FP32 "
-        "and casts once: test `(amax * 2.0**k).to(dtype)`.",
-    ),
-    Mistake(
-        "at least one",
-        replays(_scale_at_least_one),
-        "You never return a scale below 1, but gradients above the format's max (here 1e6 > 65504) "
-        "already overflow at scale 1: the largest safe scale is then a negative power of two.",
-    ),
-    Mistake(
-        "always fp16",
-        replays(lambda g, d, m: _oracle_scale(g, F16, m)),
-        "Your answer ignores `dtype`: bfloat16 reaches about 3.4e38, so it needs a different scale "
-        "(read the limit from `torch.finfo(dtype)` or cast to `dtype`).",
-    ),
+    twice_the_safe_scale,
+    half_the_safe_scale,
+    compared_with_finfo_max,
+    limit_at_65536,
+    signed_max,
+    first_tensor_only,
+    no_cap,
+    amax_cast_first,
+    never_below_one,
+    scale_for_float16_always,
 )
 
 
@@ -731,14 +802,14 @@ def _check_scale_value(got, case):
         return None
     if isinstance(got, bool):
         stop(
-            f"`largest_safe_scale` returned the bool {got} on {case}; return a number (a power of "
-            "two) or None."
+            f"`largest_safe_scale` returned the bool {got} on {case}; "
+            "return a number (a power of two) or None."
         )
     value = as_number(got, "Your result is")
     if not math.isfinite(value) or value <= 0:
         stop(
-            f"`largest_safe_scale` returned {value} on {case}; a loss scale is a positive, finite "
-            "power of two (return None only for inf/NaN gradients)."
+            f"`largest_safe_scale` returned {value} on {case}; a loss scale is a positive, "
+            "finite power of two (return None only for inf/NaN gradients)."
         )
     mantissa, _ = math.frexp(value)
     if mantissa != 0.5:
@@ -749,8 +820,8 @@ def _check_scale_value(got, case):
         )
         stop(
             f"`largest_safe_scale` returned {value:g} on {case}, which is not a power of two. "
-            "Return 2.0**k: multiplying by a power of two only shifts the exponent, so it never adds "
-            "rounding error itself." + exponent_hint
+            "Return 2.0**k: multiplying by a power of two only shifts the exponent, "
+            "so it never adds rounding error itself." + exponent_hint
         )
     return value
 
@@ -776,18 +847,16 @@ def check_largest_safe_scale(largest_safe_scale):
         ]
         if got is None:
             return failed(
-                "You returned None for finite gradients. None is only for gradients that "
-                "already contain inf/NaN; check `torch.isfinite` on the FP32 gradients themselves, "
-                "not after casting them (a finite 1e6 casts to inf in FP16, yet a scale below 1 "
-                "handles it).",
+                "You returned None for finite gradients. None is only for gradients that already "
+                "contain inf/NaN; check `torch.isfinite` on the FP32 gradients themselves, "
+                "not after casting them (a finite 1e6 casts to inf in FP16, yet a scale below 1 handles it).",
                 detail,
             )
         mistake = _explain(answers, cases, SCALE_MISTAKES, first_wrong)
         if mistake is None:
             return failed(
                 "Not the largest safe power of two. Find the largest |gradient| over all tensors, "
-                "then the largest integer k <= max_exponent with `(amax * "
-                "2.0**k).to(dtype)` finite.",
+                "then the largest integer k <= max_exponent with `(amax * 2.0**k).to(dtype)` finite.",
                 detail,
             )
         return failed(mistake.text(), detail)
@@ -796,30 +865,26 @@ def check_largest_safe_scale(largest_safe_scale):
         got = _scale_answer(largest_safe_scale, case, grads, dtype, max_exponent)
         if got is not None:
             return failed(
-                f"On {case} you returned {got:g}. When a gradient is already inf or NaN no "
-                "loss scale can make it finite: return None (skip this step and look for the "
-                "cause). Lowering the scale further is what GradScaler does, and it only helps "
-                "when the scale caused the overflow."
+                f"On {case} you returned {got:g}. When a gradient is already inf or NaN no loss scale can "
+                "make it finite: return None (skip this step and look for the cause). Lowering the scale "
+                "further is what GradScaler does, and it only helps when the scale caused the overflow."
             )
     for case, grads, dtype, max_exponent in special["zero"]:
         try:
             got = _scale_answer(largest_safe_scale, case, grads, dtype, max_exponent)
         except LearnerProblem as problem:
             problem.result.message += (
-                " With no nonzero gradient nothing can overflow: return the cap "
-                "2.0**max_exponent (log2 of 0 or max() of nothing must not "
-                "be reached)."
+                " With no nonzero gradient nothing can overflow: "
+                "return the cap 2.0**max_exponent (log2 of 0 or max() of nothing must not be reached)."
             )
             raise
         if got != 2.0**max_exponent:
             shown = "None" if got is None else f"{got:g}"
             return failed(
-                f"On {case} you returned {shown}. With no nonzero gradient nothing can overflow "
-                "at any scale, so the answer is the cap 2.0**max_exponent = "
-                f"{2.0**max_exponent:g}."
+                f"On {case} you returned {shown}. With no nonzero gradient nothing can overflow at any "
+                f"scale, so the answer is the cap 2.0**max_exponent = {2.0**max_exponent:g}."
             )
     return passed(
-        f"Right on all {len(cases) + 6} inputs: the sign, every tensor in the list, the "
-        "rounding edge at 65520, scales below 1, the cap, bfloat16, inf/NaN (None) and "
-        "all-zero/empty (the cap)."
+        f"Right on all {len(cases) + 6} inputs: the sign, every tensor in the list, the rounding edge at "
+        "65520, scales below 1, the cap, bfloat16, inf/NaN (None) and all-zero/empty (the cap)."
     )

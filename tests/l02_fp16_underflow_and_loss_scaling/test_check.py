@@ -666,6 +666,21 @@ def test_each_scale_rule_recognises_its_mistake(name):
     assert rule.matches(case, answer), case[0]
 
 
+# Three different wrong answers about zeros, three rules: each answer is named by its own rule, not a neighbour's.
+ZEROS_MISTAKES = {
+    "zeros counted": frac_zeros_and_inf_counted,  # drops only NaN: zeros (and inf) counted, over grad.numel()
+    "zeros in the denominator": frac_after_mean,  # counts right, divides by the finite count, zeros included
+    "zeros counted finite": frac_zeros_counted,  # keeps the finite values, zeros included, counts and divides
+}
+
+
+@pytest.mark.parametrize("name", ZEROS_MISTAKES)
+def test_each_zeros_mistake_gets_its_own_rule(name):
+    rule = {rule.name: rule for rule in l02.FRACTION_MISTAKES}[name]
+    result = check_lost_fractions(ZEROS_MISTAKES[name])
+    assert result.status == "failed" and result.message == rule.text(), result.message
+
+
 def test_every_rule_has_a_case():
     assert {rule.name for rule in l02.FRACTION_MISTAKES} == set(FRACTION_RULE_CASES)
     assert {rule.name for rule in l02.SCALE_MISTAKES} == set(SCALE_RULE_CASES)
