@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from amp_lessons.checks.harness import NOT_DONE, LearnerProblem, call_learner, checker, failed, passed, stop
-from amp_lessons.checks.mistakes import Mistake, first_mistake
+from amp_lessons.checks.mistakes import Mistake, first_mistake, rule
 from amp_lessons.core.environment import dtype_name
 from amp_lessons.l04_baseline_and_decision_boundary.criteria import Criteria
 from amp_lessons.l04_baseline_and_decision_boundary.validation import accuracy, decide, margins
@@ -35,8 +35,8 @@ _DECIDE_CASES = [
         _t([[0.1, 2.0, -1.0, 0.5], [3.0, -2.0, 1.0, 0.0], [-1.0, -0.5, -3.0, -0.75]]),
         0.0,
         [1, 0, 1],
-        "On rows with one clear winner the decision must be the index of the largest score (torch.argmax "
-        "along dim=1).",
+        "On rows with one clear winner the decision must be the "
+        "index of the largest score (torch.argmax along dim=1).",
     ),
     (
         _t([[2.0, 5.0, 5.0], [7.0, 7.0, 1.0]]),
@@ -114,8 +114,8 @@ _DECIDE_CASES = [
         0.0,
         [-1, 2],
         "A row containing NaN must give -1 (torch.argmax treats NaN as the largest value, and skipping the "
-        "NaN would decide from a broken row); the other rows decide as usual. Test rows with "
-        "torch.isfinite(...).all(dim=1).",
+        "NaN would decide from a broken row); the other rows decide "
+        "as usual. Test rows with torch.isfinite(...).all(dim=1).",
     ),
     (
         _t([[INF, 1.0, 2.0], [1.0, -INF, 0.0]]),
@@ -149,8 +149,8 @@ _DECIDE_CASES = [
         _t([[1.0, 0.75, 0.5]], torch.bfloat16),
         0.25,
         [0],
-        "bfloat16 scores [1.0, 0.75, 0.5] with tie_tolerance=0.25: the margin is exactly 0.25 and must "
-        "decide 0.",
+        "bfloat16 scores [1.0, 0.75, 0.5] with tie_tolerance=0.25: "
+        "the margin is exactly 0.25 and must decide 0.",
     ),
 ]
 
@@ -226,13 +226,6 @@ class DecideAnswer:
 
 def _case_text(scores: torch.Tensor, tolerance: float) -> str:
     return f"scores {scores.tolist()} ({dtype_name(scores.dtype)}), tie_tolerance={tolerance}"
-
-
-def _abstains_at_equal_margin(a: DecideAnswer) -> bool:
-    """A row that should decide abstained, and its margin is exactly the tolerance (`<=` instead of `<`)."""
-    wrongly_abstained = [i for i, (g, e) in enumerate(zip(a.got, a.expected)) if g == -1 and e != -1]
-    row_margins = margins(a.scores)
-    return a.got != a.expected and any(float(row_margins[i]) == a.tolerance for i in wrongly_abstained)
 
 
 def _decide_changed(change, scores: torch.Tensor, tolerance: float, finite_first: bool) -> list:
@@ -318,51 +311,77 @@ def _changed_scores(name: str, changes, why: str) -> Mistake:
     return Mistake(name, lambda a: _explaining_change(a, changes) is not None, message)
 
 
+@rule(
+    "changed the scores in place",
+    "decide changed the scores tensor it was given (an in-place operation such as nan_to_num_ or "
+    "sort_). Work on a copy or use out-of-place operations.",
+)
+def changed_the_scores_in_place(a: DecideAnswer) -> bool:
+    return a.changed_input
+
+
+decided_on_rounded_scores = _changed_scores(
+    "decided on rounded scores",
+    ROUNDINGS,
+    "Rounding moves each score by up to half of the last decimal kept, so a margin just "
+    "below tie_tolerance can become equal to it (and decide) and a clear margin can shrink "
+    "into a tie: near-ties are exactly the rows the rule is for. Decide on the exact scores; "
+    "round only what you print.",
+)
+
+
+decided_on_probabilities = _changed_scores(
+    "decided on probabilities",
+    PROBABILITIES,
+    "Probabilities keep the order of the scores but not their differences: softmax turns "
+    "[10, 9] (margin 1) into [0.73, 0.27] (margin 0.46), and no two probabilities differ by "
+    "more than 1. tie_tolerance is in the units of the scores you are given (the logits): "
+    "take the margin on them.",
+)
+
+
+decided_on_rescaled_rows = _changed_scores(
+    "decided on rescaled rows",
+    RESCALINGS,
+    "Rescaling a row scales its margin too ([10, 0] divided by its length is [1, 0]: margin "
+    "1 instead of 10), so rows move across tie_tolerance, and dividing by a negative sum "
+    "even reverses the order. tie_tolerance is in the units of the scores you are given: "
+    "take the margin on them as they are.",
+)
+
+
+def _abstains_at_equal_margin_message(a: DecideAnswer) -> str:
+    return a.shown(
+        f"A row whose margin is exactly equal to tie_tolerance={a.tolerance} must decide, not abstain: "
+        "abstain only when the margin is strictly below the tolerance (`margin < tie_tolerance`, not `<=`). "
+        "With tie_tolerance=0 an exact tie therefore decides, and goes to the lowest index."
+    )
+
+
+@rule("abstains when the margin equals tie_tolerance", _abstains_at_equal_margin_message)
+def abstains_at_equal_margin(a: DecideAnswer) -> bool:
+    """A row that should decide abstained, and its margin is exactly the tolerance (`<=` instead of `<`)."""
+    wrongly_abstained = [i for i, (g, e) in enumerate(zip(a.got, a.expected)) if g == -1 and e != -1]
+    row_margins = margins(a.scores)
+    return a.got != a.expected and any(float(row_margins[i]) == a.tolerance for i in wrongly_abstained)
+
+
+def _the_mistake_this_case_catches_message(a: DecideAnswer) -> str:
+    return a.shown(a.case_mistake)
+
+
+@rule("the mistake this case is built to catch", _the_mistake_this_case_catches_message)
+def the_mistake_this_case_catches(a: DecideAnswer) -> bool:
+    return a.got != a.expected
+
+
 DECIDE_MISTAKES = (
-    Mistake(
-        "changed the scores in place",
-        lambda a: a.changed_input,
-        "decide changed the scores tensor it was given (an in-place operation such as nan_to_num_ or "
-        "sort_). Work on a copy or use out-of-place operations.",
-    ),
-    _changed_scores(
-        "decided on rounded scores",
-        ROUNDINGS,
-        "Rounding moves each score by up to half of the last decimal kept, so a margin just "
-        "below tie_tolerance can become equal to it (and decide) and a clear margin can shrink "
-        "into a tie: near-ties are exactly the rows the rule is for. Decide on the exact scores; "
-        "round only what you print.",
-    ),
-    _changed_scores(
-        "decided on probabilities",
-        PROBABILITIES,
-        "Probabilities keep the order of the scores but not their differences: softmax turns "
-        "[10, 9] (margin 1) into [0.73, 0.27] (margin 0.46), and no two probabilities differ by "
-        "more than 1. tie_tolerance is in the units of the scores you are given (the logits): "
-        "take the margin on them.",
-    ),
-    _changed_scores(
-        "decided on rescaled rows",
-        RESCALINGS,
-        "Rescaling a row scales its margin too ([10, 0] divided by its length is [1, 0]: margin "
-        "1 instead of 10), so rows move across tie_tolerance, and dividing by a negative sum "
-        "even reverses the order. tie_tolerance is in the units of the scores you are given: "
-        "take the margin on them as they are.",
-    ),
-    Mistake(
-        "abstains when the margin equals tie_tolerance",
-        _abstains_at_equal_margin,
-        lambda a: a.shown(
-            f"A row whose margin is exactly equal to tie_tolerance={a.tolerance} must decide, not abstain: "
-            "abstain only when the margin is strictly below the tolerance (`margin < tie_tolerance`, not `<=`). "
-            "With tie_tolerance=0 an exact tie therefore decides, and goes to the lowest index."
-        ),
-    ),
-    Mistake(
-        "the mistake this case is built to catch",
-        lambda a: a.got != a.expected,
-        lambda a: a.shown(a.case_mistake),
-    ),
+    changed_the_scores_in_place,
+    decided_on_rounded_scores,
+    decided_on_probabilities,
+    decided_on_rescaled_rows,
+    abstains_at_equal_margin,
+    the_mistake_this_case_catches,
 )
 
 
@@ -427,9 +446,8 @@ def _decide_random_rows(decide_fn):
         if not torch.equal(got, expected):
             row = int((got != expected).nonzero()[0])
             return failed(
-                f"On random scores your decision differs from the rule: row {scores[row].tolist()} "
-                f"with tie_tolerance={tolerance} should give {int(expected[row])}, you gave "
-                f"{int(got[row])}."
+                f"On random scores your decision differs from the rule: row {scores[row].tolist()} with "
+                f"tie_tolerance={tolerance} should give {int(expected[row])}, you gave {int(got[row])}."
             )
     return None
 
@@ -481,89 +499,145 @@ def _is(value: float, field: str) -> bool:
     return math.isclose(value, WANT[field], rel_tol=1e-6)
 
 
+@rule(
+    "returned None",
+    "make_criteria returned None: end it with `return Criteria(...)` (printing the criteria or "
+    "assigning them to a variable does not hand them back).",
+)
+def returned_none(got) -> bool:
+    return got is None
+
+
+def _not_a_criteria_message(got) -> str:
+    return (
+        f"make_criteria returned a {type(got).__name__}; return an amp_lessons.l04_baseline_and_decision_boundary.Criteria(...) "
+        "(immutable, with a fingerprint), not a dict or a tuple."
+    )
+
+
+@rule("not a Criteria", _not_a_criteria_message)
+def not_a_criteria(got) -> bool:
+    return not isinstance(got, Criteria)
+
+
+@rule(
+    "atol and rtol swapped",
+    "atol and rtol are swapped: the absolute part is 0.05 (atol), the relative part 1 % (rtol=0.01).",
+)
+def atol_and_rtol_swapped(got) -> bool:
+    return got.atol == WANT["rtol"] and got.rtol == WANT["atol"]
+
+
+@rule("rtol as a percentage", "rtol=1 means 100 %: '1 % of the reference score' is rtol=0.01 (a fraction).")
+def rtol_as_a_percentage(got) -> bool:
+    return got.rtol == 1.0
+
+
+@rule(
+    "no relative part",
+    "The tolerance has a relative part too: 'plus 1 % of the reference score's size' is rtol=0.01.",
+)
+def no_relative_part(got) -> bool:
+    return got.rtol == 0
+
+
+def _another_rtol_message(got) -> str:
+    return f"rtol is {got.rtol:g}; '1 % of the size of the reference score' is rtol=0.01."
+
+
+@rule("another rtol", _another_rtol_message)
+def another_rtol(got) -> bool:
+    return not _is(got.rtol, "rtol")
+
+
+def _another_atol_message(got) -> str:
+    return f"atol is {got.atol:g}; the application allows an absolute difference of 0.05."
+
+
+@rule("another atol", _another_atol_message)
+def another_atol(got) -> bool:
+    return not _is(got.atol, "atol")
+
+
+@rule(
+    "no minimum quality",
+    "The application requires at least 80 % accuracy on the labelled set: set min_quality=0.8.",
+)
+def no_minimum_quality(got) -> bool:
+    return got.min_quality is None
+
+
+def _another_minimum_quality_message(got) -> str:
+    return f"min_quality is {got.min_quality:g}; 'at least 80 %' is min_quality=0.8."
+
+
+@rule("another minimum quality", _another_minimum_quality_message)
+def another_minimum_quality(got) -> bool:
+    return not _is(got.min_quality, "min_quality")
+
+
+@rule("non-finite outputs allowed", "Any NaN or inf must fail the trial: nonfinite='fail'.")
+def non_finite_outputs_allowed(got) -> bool:
+    return got.nonfinite != "fail"
+
+
+@rule(
+    "ties to the lowest index",
+    "Near-ties are escalated to a person, not settled by the lowest index: tie_rule='abstain'.",
+)
+def ties_to_the_lowest_index(got) -> bool:
+    return got.tie_rule != "abstain"
+
+
+@rule(
+    "tie_tolerance set to atol",
+    "tie_tolerance is the MARGIN below which tickets are "
+    "escalated (0.1), not the score tolerance atol (0.05).",
+)
+def tie_tolerance_set_to_atol(got) -> bool:
+    return _is(got.tie_tolerance, "atol") and not math.isclose(WANT["atol"], WANT["tie_tolerance"])
+
+
+def _another_tie_tolerance_message(got) -> str:
+    return (
+        f"tie_tolerance is {got.tie_tolerance:g}; tickets whose top two scores are closer "
+        "than 0.1 are escalated: tie_tolerance=0.1."
+    )
+
+
+@rule("another tie_tolerance", _another_tie_tolerance_message)
+def another_tie_tolerance(got) -> bool:
+    return not _is(got.tie_tolerance, "tie_tolerance")
+
+
+def _decision_changes_allowed_message(got) -> str:
+    return (
+        f"allowed_decision_changes is {got.allowed_decision_changes}; 'no ticket may change "
+        "decision' means 0."
+    )
+
+
+@rule("decision changes allowed", _decision_changes_allowed_message)
+def decision_changes_allowed(got) -> bool:
+    return got.allowed_decision_changes != 0
+
+
 # Each rule reads the object make_criteria returned; the first that fits names the mistake.
 CRITERIA_MISTAKES = (
-    Mistake(
-        "returned None",
-        lambda got: got is None,
-        "make_criteria returned None: end it with `return Criteria(...)` (printing the criteria or "
-        "assigning them to a variable does not hand them back).",
-    ),
-    Mistake(
-        "not a Criteria",
-        lambda got: not isinstance(got, Criteria),
-        lambda got: (
-            f"make_criteria returned a {type(got).__name__}; return an amp_lessons.l04_baseline_and_decision_boundary.Criteria(...) "
-            "(immutable, with a fingerprint), not a dict or a tuple."
-        ),
-    ),
-    Mistake(
-        "atol and rtol swapped",
-        lambda got: got.atol == WANT["rtol"] and got.rtol == WANT["atol"],
-        "atol and rtol are swapped: the absolute part is 0.05 (atol), the relative part 1 % (rtol=0.01).",
-    ),
-    Mistake(
-        "rtol as a percentage",
-        lambda got: got.rtol == 1.0,
-        "rtol=1 means 100 %: '1 % of the reference score' is rtol=0.01 (a fraction).",
-    ),
-    Mistake(
-        "no relative part",
-        lambda got: got.rtol == 0,
-        "The tolerance has a relative part too: 'plus 1 % of the reference score's size' is rtol=0.01.",
-    ),
-    Mistake(
-        "another rtol",
-        lambda got: not _is(got.rtol, "rtol"),
-        lambda got: f"rtol is {got.rtol:g}; '1 % of the size of the reference score' is rtol=0.01.",
-    ),
-    Mistake(
-        "another atol",
-        lambda got: not _is(got.atol, "atol"),
-        lambda got: f"atol is {got.atol:g}; the application allows an absolute difference of 0.05.",
-    ),
-    Mistake(
-        "no minimum quality",
-        lambda got: got.min_quality is None,
-        "The application requires at least 80 % accuracy on the labelled set: set min_quality=0.8.",
-    ),
-    Mistake(
-        "another minimum quality",
-        lambda got: not _is(got.min_quality, "min_quality"),
-        lambda got: f"min_quality is {got.min_quality:g}; 'at least 80 %' is min_quality=0.8.",
-    ),
-    Mistake(
-        "non-finite outputs allowed",
-        lambda got: got.nonfinite != "fail",
-        "Any NaN or inf must fail the trial: nonfinite='fail'.",
-    ),
-    Mistake(
-        "ties to the lowest index",
-        lambda got: got.tie_rule != "abstain",
-        "Near-ties are escalated to a person, not settled by the lowest index: tie_rule='abstain'.",
-    ),
-    Mistake(
-        "tie_tolerance set to atol",
-        lambda got: _is(got.tie_tolerance, "atol") and not math.isclose(WANT["atol"], WANT["tie_tolerance"]),
-        "tie_tolerance is the MARGIN below which tickets are escalated (0.1), not the score tolerance "
-        "atol (0.05).",
-    ),
-    Mistake(
-        "another tie_tolerance",
-        lambda got: not _is(got.tie_tolerance, "tie_tolerance"),
-        lambda got: (
-            f"tie_tolerance is {got.tie_tolerance:g}; tickets whose top two scores are closer "
-            "than 0.1 are escalated: tie_tolerance=0.1."
-        ),
-    ),
-    Mistake(
-        "decision changes allowed",
-        lambda got: got.allowed_decision_changes != 0,
-        lambda got: (
-            f"allowed_decision_changes is {got.allowed_decision_changes}; 'no ticket may change "
-            "decision' means 0."
-        ),
-    ),
+    returned_none,
+    not_a_criteria,
+    atol_and_rtol_swapped,
+    rtol_as_a_percentage,
+    no_relative_part,
+    another_rtol,
+    another_atol,
+    no_minimum_quality,
+    another_minimum_quality,
+    non_finite_outputs_allowed,
+    ties_to_the_lowest_index,
+    tie_tolerance_set_to_atol,
+    another_tie_tolerance,
+    decision_changes_allowed,
 )
 
 
@@ -619,8 +693,8 @@ _JUDGE_CASES = [
         _t([[1.0003, 1.0, 0.0]]),
         [1],
         _crit(allowed_decision_changes=1),
-        "The criteria allow 1 decision change (allowed_decision_changes=1): one changed row must pass "
-        "'decision'.",
+        "The criteria allow 1 decision change (allowed_decision_changes=1): "
+        "one changed row must pass 'decision'.",
     ),
     (
         "difference exactly at the tolerance",
@@ -709,8 +783,8 @@ _JUDGE_CASES = [
         _t([[2.0, 1.95], [0.0, 2.0]]),
         [0, 1],
         _crit(atol=0.1, tie_rule="abstain", tie_tolerance=0.1, min_quality=0.75),
-        "An abstention (-1) is not the right answer: accuracy is 1 of 2 labelled rows = 50 % < 75 %, so "
-        "'quality' fails.",
+        "An abstention (-1) is not the right answer: accuracy is "
+        "1 of 2 labelled rows = 50 % < 75 %, so 'quality' fails.",
     ),
     (
         "quality of the trial's decisions",
@@ -837,38 +911,60 @@ def _level_hint(key: str, hint: str) -> Mistake:
     return Mistake(f"'{key}' wrong", lambda a: a.wrong[:1] == [key], lambda a: a.explained(hint))
 
 
+def _wrong_at_the_level_of_this_case_message(a: JudgeAnswer) -> str:
+    return a.explained(a.case_mistake)
+
+
+@rule("the level this case is about", _wrong_at_the_level_of_this_case_message)
+def wrong_at_the_level_of_this_case(a: JudgeAnswer) -> bool:
+    return a.target in a.wrong
+
+
+finite_wrong = _level_hint(
+    "finite", "'finite' is True when every trial score is finite, or when criteria.nonfinite == 'allow'."
+)
+
+
+numeric_wrong = _level_hint(
+    "numeric",
+    "'numeric' is True when abs(trial - reference) <= criteria.atol + criteria.rtol * "
+    "abs(reference) for every score (NaN and inf never satisfy it).",
+)
+
+
+decision_wrong = _level_hint(
+    "decision",
+    "'decision' is True when the number of rows whose decide(..., criteria.tie_tolerance) "
+    "differs between reference and trial is at most criteria.allowed_decision_changes.",
+)
+
+
+quality_wrong = _level_hint(
+    "quality",
+    "'quality' is True when criteria.min_quality is None; otherwise when the trial's accuracy "
+    "on the rows with label >= 0 (an abstention, -1, counts as wrong) is at least min_quality.",
+)
+
+
+def _passed_is_not_all_four_levels_message(a: JudgeAnswer) -> str:
+    return (
+        f"Case '{a.name}': 'passed' must be True only when all four levels pass (finite, numeric, decision, "
+        f"quality); you said {a.got['passed']} with {[a.got[k] for k in LEVELS]}."
+    )
+
+
+@rule("'passed' is not all four levels", _passed_is_not_all_four_levels_message)
+def passed_is_not_all_four_levels(a: JudgeAnswer) -> bool:
+    return a.got["passed"] != a.want["passed"]
+
+
 JUDGE_MISTAKES = (
-    Mistake(
-        "the level this case is about", lambda a: a.target in a.wrong, lambda a: a.explained(a.case_mistake)
-    ),
-    _level_hint(
-        "finite", "'finite' is True when every trial score is finite, or when criteria.nonfinite == 'allow'."
-    ),
-    _level_hint(
-        "numeric",
-        "'numeric' is True when abs(trial - reference) <= criteria.atol + criteria.rtol * "
-        "abs(reference) for every score (NaN and inf never satisfy it).",
-    ),
-    _level_hint(
-        "decision",
-        "'decision' is True when the number of rows whose decide(..., "
-        "criteria.tie_tolerance) differs between reference and trial is at most "
-        "criteria.allowed_decision_changes.",
-    ),
-    _level_hint(
-        "quality",
-        "'quality' is True when criteria.min_quality is None; otherwise when the trial's "
-        "accuracy on the rows with label >= 0 (an abstention, -1, counts as wrong) is at "
-        "least min_quality.",
-    ),
-    Mistake(
-        "'passed' is not all four levels",
-        lambda a: a.got["passed"] != a.want["passed"],
-        lambda a: (
-            f"Case '{a.name}': 'passed' must be True only when all four levels pass (finite, numeric, decision, "
-            f"quality); you said {a.got['passed']} with {[a.got[k] for k in LEVELS]}."
-        ),
-    ),
+    wrong_at_the_level_of_this_case,
+    finite_wrong,
+    numeric_wrong,
+    decision_wrong,
+    quality_wrong,
+    passed_is_not_all_four_levels,
 )
 
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
-from amp_lessons.checks.mistakes import Mistake, first_mistake
+from amp_lessons.checks.mistakes import Mistake, first_mistake, rule
 from amp_lessons.core.autocast_state import OpDtypeRecorder, autocast_enabled
 from amp_lessons.l05_nan_debugging import cases as cases
 from amp_lessons.l05_nan_debugging.debugging import find_first_nonfinite, global_hook_count, hook_count
@@ -51,82 +51,122 @@ class FinderCall:
     raised: bool = False  # the case whose forward raises
 
 
+def _hooks_left_when_the_forward_raised_message(call: FinderCall) -> str:
+    return (
+        f"On {call.label} your function left {call.hooks_left + call.global_hooks_left} hook(s) behind: the "
+        "error jumped over your handle.remove() lines. Remove the hooks in a `finally:` block (`try:` run "
+        "the model, `finally:` remove every handle), so they go even when the forward raises."
+    )
+
+
+@rule("hooks left when the forward raised", _hooks_left_when_the_forward_raised_message)
+def hooks_left_when_the_forward_raised(call: FinderCall) -> bool:
+    return call.raised and (call.hooks_left or call.global_hooks_left)
+
+
+def _left_hooks_on_the_model_message(call: FinderCall) -> str:
+    return (
+        f"On {call.label} your function left {call.hooks_left} hook(s) on the model. Keep the handles that "
+        "register_forward_hook returns and call handle.remove() on each in a `finally:` block, so they are "
+        "removed even when the forward raises."
+    )
+
+
+@rule("left hooks on the model", _left_hooks_on_the_model_message)
+def left_hooks_on_the_model(call: FinderCall) -> bool:
+    return call.hooks_left != 0
+
+
+def _left_a_global_hook_message(call: FinderCall) -> str:
+    return (
+        f"On {call.label} your function left {call.global_hooks_left} global module hook(s) installed "
+        "(register_module_forward_hook): they now fire for every module of every model. Keep the handle it "
+        "returns and call handle.remove() in a `finally:` block."
+    )
+
+
+@rule("left a global hook", _left_a_global_hook_message)
+def left_a_global_hook(call: FinderCall) -> bool:
+    return call.global_hooks_left != 0
+
+
+def _changed_the_model_message(call: FinderCall) -> str:
+    return (
+        f"On {call.label} your function changed the model (its weights or their dtype, e.g. with "
+        "model.half()). A finder must only watch: autocast picks each op's dtype without touching the model."
+    )
+
+
+@rule("changed the model", _changed_the_model_message)
+def changed_the_model(call: FinderCall) -> bool:
+    return call.changed_model
+
+
+def _left_the_model_in_eval_mode_message(call: FinderCall) -> str:
+    return (
+        f"On {call.label} your function switched the model to eval mode and left it there: the caller's "
+        "next training step would run without dropout and with frozen batch-norm statistics. A finder needs "
+        "no eval mode (hooks and autocast work in either); if you use it, remember `was_training = "
+        "model.training` and call `model.train(was_training)` in your `finally:` block."
+    )
+
+
+@rule("left the model in eval mode", _left_the_model_in_eval_mode_message)
+def left_the_model_in_eval_mode(call: FinderCall) -> bool:
+    return call.mode_change == "eval"
+
+
+def _left_the_model_in_training_mode_message(call: FinderCall) -> str:
+    return (
+        f"On {call.label} the model came in eval mode and your function left it in training mode "
+        "(`model.train()` at the end switches dropout and batch-norm updates on for the caller). Restore the "
+        "mode it came in: `was_training = model.training` first, "
+        "`model.train(was_training)` in the `finally:` block."
+    )
+
+
+@rule("left the model in training mode", _left_the_model_in_training_mode_message)
+def left_the_model_in_training_mode(call: FinderCall) -> bool:
+    return call.mode_change == "train"
+
+
+@rule(
+    "left autocast on",
+    "Autocast is still on after your function returned: use it as `with torch.autocast(...):`.",
+)
+def left_autocast_on(call: FinderCall) -> bool:
+    return call.autocast_on
+
+
+@rule(
+    "returned a module",
+    "You returned a module object; return its qualified name, the string `model.named_modules()` "
+    "gives with it (e.g. 'block.fc2').",
+)
+def returned_a_module(call: FinderCall) -> bool:
+    return isinstance(call.got, nn.Module)
+
+
+def _returned_neither_a_name_nor_none_message(call: FinderCall) -> str:
+    return f"Your function returned a {type(call.got).__name__}; return a module name (str) or None."
+
+
+@rule("returned neither a name nor None", _returned_neither_a_name_nor_none_message)
+def returned_neither_a_name_nor_none(call: FinderCall) -> bool:
+    return call.got is not None and not isinstance(call.got, str)
+
+
 # Checked after every call, in this order: a finder must only watch, and answer with a name or None.
 CALL_MISTAKES = (
-    Mistake(
-        "hooks left when the forward raised",
-        lambda call: call.raised and (call.hooks_left or call.global_hooks_left),
-        lambda call: (
-            f"On {call.label} your function left {call.hooks_left + call.global_hooks_left} hook(s) behind: the "
-            "error jumped over your handle.remove() lines. Remove the hooks in a `finally:` block (`try:` run "
-            "the model, `finally:` remove every handle), so they go even when the forward raises."
-        ),
-    ),
-    Mistake(
-        "left hooks on the model",
-        lambda call: call.hooks_left != 0,
-        lambda call: (
-            f"On {call.label} your function left {call.hooks_left} hook(s) on the model. Keep the handles that "
-            "register_forward_hook returns and call handle.remove() on each in a `finally:` block, so they are "
-            "removed even when the forward raises."
-        ),
-    ),
-    Mistake(
-        "left a global hook",
-        lambda call: call.global_hooks_left != 0,
-        lambda call: (
-            f"On {call.label} your function left {call.global_hooks_left} global module hook(s) installed "
-            "(register_module_forward_hook): they now fire for every module of every model. Keep the handle it "
-            "returns and call handle.remove() in a `finally:` block."
-        ),
-    ),
-    Mistake(
-        "changed the model",
-        lambda call: call.changed_model,
-        lambda call: (
-            f"On {call.label} your function changed the model (its weights or their dtype, e.g. with "
-            "model.half()). A finder must only watch: autocast picks each op's dtype without touching the "
-            "model."
-        ),
-    ),
-    Mistake(
-        "left the model in eval mode",
-        lambda call: call.mode_change == "eval",
-        lambda call: (
-            f"On {call.label} your function switched the model to eval mode and left it there: the caller's "
-            "next training step would run without dropout and with frozen batch-norm statistics. A finder needs "
-            "no eval mode (hooks and autocast work in either); if you use it, remember `was_training = "
-            "model.training` and call `model.train(was_training)` in your `finally:` block."
-        ),
-    ),
-    Mistake(
-        "left the model in training mode",
-        lambda call: call.mode_change == "train",
-        lambda call: (
-            f"On {call.label} the model came in eval mode and your function left it in training mode "
-            "(`model.train()` at the end switches dropout and batch-norm updates on for the caller). Restore the "
-            "mode it came in: `was_training = model.training` first, `model.train(was_training)` in the "
-            "`finally:` block."
-        ),
-    ),
-    Mistake(
-        "left autocast on",
-        lambda call: call.autocast_on,
-        "Autocast is still on after your function returned: use it as `with torch.autocast(...):`.",
-    ),
-    Mistake(
-        "returned a module",
-        lambda call: isinstance(call.got, nn.Module),
-        "You returned a module object; return its qualified name, the string `model.named_modules()` "
-        "gives with it (e.g. 'block.fc2').",
-    ),
-    Mistake(
-        "returned neither a name nor None",
-        lambda call: call.got is not None and not isinstance(call.got, str),
-        lambda call: (
-            f"Your function returned a {type(call.got).__name__}; return a module name (str) or None."
-        ),
-    ),
+    hooks_left_when_the_forward_raised,
+    left_hooks_on_the_model,
+    left_a_global_hook,
+    changed_the_model,
+    left_the_model_in_eval_mode,
+    left_the_model_in_training_mode,
+    left_autocast_on,
+    returned_a_module,
+    returned_neither_a_name_nor_none,
 )
 
 
@@ -147,20 +187,147 @@ def _lines(wrong: list, words: str = "the first non-finite module is") -> list:
     return [f"{w.label}: you returned {w.got!r}, {words} {w.expected!r}" for w in wrong]
 
 
+def _first_line(wrong: list) -> list:
+    return _lines(wrong[:1])
+
+
+def _every_line_expected(wrong: list) -> list:
+    return _lines(wrong, "expected")
+
+
+def _no_lines(wrong: list) -> list:
+    return []
+
+
 @dataclass(frozen=True)
 class FinderMistake(Mistake):
     """A known wrong answer to 05.1 (facts: the list of ``WrongAnswer``) and the evidence listed under it."""
 
-    details: Callable[[list], list] = lambda wrong: _lines(wrong[:1])
+    details: Callable[[list], list] = _first_line
 
 
-def _everywhere(approach):
-    """recognise: on every case you got wrong, you answered what ``approach`` answers there."""
-    return lambda wrong: all(w.got == approach(w.model, w.inputs, w.dtype) for w in wrong)
+def _finder_rule(name: str, message, details: Callable[[list], list] = _first_line):
+    """``@rule`` for 05.1: a :class:`FinderMistake` whose ``details(wrong)`` lines are listed under its message
+    (by default the first case you got wrong)."""
+    return lambda recognise: FinderMistake(name, recognise, message, details)
 
 
-def _returned_the_model_itself(wrong: list) -> bool:
+def _answered_like(approach, wrong: list) -> bool:
+    """On every case you got wrong, you answered what ``approach`` (a known wrong approach) answers there."""
+    return all(w.got == approach(w.model, w.inputs, w.dtype) for w in wrong)
+
+
+@_finder_rule(
+    "returned the model itself",
+    "You returned '' — the model itself. Its forward hook fires LAST, after every submodule, and its "
+    "output is non-finite as soon as anything inside is. Either you kept the last name your hooks saw "
+    "(keep the first), or you scanned `model.named_modules()`, which lists the model itself first "
+    "(record names in the hooks, in the order they fire).",
+    details=_lines,
+)
+def returned_the_model_itself(wrong: list) -> bool:
     return all(w.got == "" for w in wrong if w.expected is not None) and any(w.expected for w in wrong)
+
+
+@_finder_rule(
+    "class name",
+    "You returned the module's class name (e.g. 'Linear'); several modules share a class. Return its "
+    "qualified name, the one `model.named_modules()` gives with it (e.g. '2' or 'block.fc2').",
+    details=_lines,
+)
+def returned_the_class_name(wrong: list) -> bool:
+    """Every wrong answer is the class name of the module that was expected."""
+    named = [w for w in wrong if w.expected is not None]
+    return bool(named) and all(w.got == type(w.model.get_submodule(w.expected)).__name__ for w in named)
+
+
+def _autocast_elsewhere_message(wrong: list) -> str:
+    devices = ", ".join(repr(d) for d in sorted({a.device_type for a in wrong[0].autocasts}))
+    return (
+        f"Your function entered autocast for {devices}, but the tensors are on "
+        f"{wrong[0].inputs.device.type!r}: autocast only changes the ops of its own device type, so the "
+        "model ran in float32 and nothing overflowed. Take the device type from "
+        "the tensors: `torch.autocast(device_type=inputs.device.type, dtype=dtype)`."
+    )
+
+
+@_finder_rule("autocast for another device", _autocast_elsewhere_message)
+def autocast_for_another_device(wrong: list) -> bool:
+    """Every wrong call entered autocast, but only for a device type other than the tensors'."""
+    return all(w.autocasts and all(a.device_type != w.inputs.device.type for a in w.autocasts) for w in wrong)
+
+
+def _another_dtype_message(wrong: list) -> str:
+    used = wrong[0].autocasts[0]
+    how = "without dtype=, so it used this device's default, " if not used.dtype_given else "in "
+    name = str(used.dtype).replace("torch.", "")
+    return (
+        f"Your function ran autocast {how}{name}, not in the dtype it was given "
+        f"({str(wrong[0].dtype).replace('torch.', '')}): the format decides what overflows, and bfloat16 "
+        "has float32's range. Pass it on: `torch.autocast(device_type=inputs.device.type, dtype=dtype)`."
+    )
+
+
+@_finder_rule("autocast in another dtype", _another_dtype_message)
+def autocast_in_another_dtype(wrong: list) -> bool:
+    """Every wrong call ran its autocast in a dtype other than the one it was given."""
+    return all(w.autocasts and all(a.dtype != w.dtype for a in w.autocasts) for w in wrong)
+
+
+@_finder_rule(
+    "ran without autocast",
+    "Your function found nothing where float16 overflows: it ran the model without autocast (or in another "
+    "dtype), and in float32 these values are ordinary numbers. Run the forward "
+    "inside `with torch.autocast(device_type=inputs.device.type, dtype=dtype):`.",
+)
+def ran_without_autocast(wrong: list) -> bool:
+    return _answered_like(cases.without_autocast, wrong)
+
+
+@_finder_rule(
+    "kept the last",
+    "You returned the LAST module whose output is non-finite. Once one value is inf/NaN every later "
+    "layer (and the model itself, whose hook fires last) is non-finite too: keep the first name you see "
+    "and ignore the rest (e.g. `if not found: found.append(name)`).",
+)
+def kept_the_last(wrong: list) -> bool:
+    return _answered_like(cases.last_nonfinite, wrong)
+
+
+@_finder_rule(
+    "NaN only",
+    "You looked for NaN only. An overflow produces +-inf first; NaN appears a layer later (inf - inf, "
+    "0 * inf). Test with `torch.isfinite(output).all()`, which catches both.",
+)
+def nan_only(wrong: list) -> bool:
+    return _answered_like(cases.nan_only, wrong)
+
+
+@_finder_rule(
+    "inf only",
+    "You looked for inf only, so a NaN (here one that was already in the batch) went unnoticed. Test "
+    "with `torch.isfinite(output).all()`, which catches inf and NaN.",
+)
+def inf_only(wrong: list) -> bool:
+    return _answered_like(cases.inf_only, wrong)
+
+
+@_finder_rule(
+    "top-level children only",
+    "You only watched the top-level children (model.children()), so you named the block that contains the "
+    "overflowing layer. Register the hook on every module from `model.named_modules()` to see inside blocks.",
+)
+def top_level_children_only(wrong: list) -> bool:
+    return _answered_like(cases.top_level_only, wrong)
+
+
+@_finder_rule(
+    "definition order",
+    "You reported modules in the order they are DEFINED (named_modules()), not the order they RUN. Record "
+    "the names inside the forward hooks, as the hooks fire: that is the order the values are produced.",
+)
+def definition_order(wrong: list) -> bool:
+    return _answered_like(cases.in_definition_order, wrong)
 
 
 def _named_a_finite_case(wrong: list) -> str:
@@ -170,6 +337,11 @@ def _named_a_finite_case(wrong: list) -> str:
     )
 
 
+@_finder_rule("a name where everything is finite", _named_a_finite_case, details=_no_lines)
+def a_name_where_everything_is_finite(wrong: list) -> bool:
+    return wrong[0].expected is None
+
+
 def _named_the_model_once(wrong: list) -> str:
     return (
         f"On {wrong[0].label} you returned '' — the model itself. Its forward hook fires last, after all "
@@ -177,42 +349,9 @@ def _named_the_model_once(wrong: list) -> str:
     )
 
 
-def _class_names(wrong: list) -> bool:
-    """recognise: every wrong answer is the class name of the module that was expected."""
-    named = [w for w in wrong if w.expected is not None]
-    return bool(named) and all(w.got == type(w.model.get_submodule(w.expected)).__name__ for w in named)
-
-
-def _autocast_elsewhere(wrong: list) -> bool:
-    """recognise: every wrong call entered autocast, but only for a device type other than the tensors'."""
-    return all(w.autocasts and all(a.device_type != w.inputs.device.type for a in w.autocasts) for w in wrong)
-
-
-def _autocast_elsewhere_message(wrong: list) -> str:
-    devices = ", ".join(repr(d) for d in sorted({a.device_type for a in wrong[0].autocasts}))
-    return (
-        f"Your function entered autocast for {devices}, but the tensors are on "
-        f"{wrong[0].inputs.device.type!r}: autocast only changes the ops of its own device type, so the "
-        "model ran in float32 and nothing overflowed. Take the device type from the tensors: "
-        "`torch.autocast(device_type=inputs.device.type, dtype=dtype)`."
-    )
-
-
-def _another_dtype(wrong: list) -> bool:
-    """recognise: every wrong call ran its autocast in a dtype other than the one it was given."""
-    return all(w.autocasts and all(a.dtype != w.dtype for a in w.autocasts) for w in wrong)
-
-
-def _another_dtype_message(wrong: list) -> str:
-    used = wrong[0].autocasts[0]
-    how = "without dtype=, so it used this device's default, " if not used.dtype_given else "in "
-    name = str(used.dtype).replace("torch.", "")
-    return (
-        f"Your function ran autocast {how}{name}, not in the dtype it was "
-        f"given ({str(wrong[0].dtype).replace('torch.', '')}): the format decides what overflows, and "
-        "bfloat16 has float32's range. Pass it on: `torch.autocast(device_type=inputs.device.type, "
-        "dtype=dtype)`."
-    )
+@_finder_rule("returned the model itself once", _named_the_model_once, details=_every_line_expected)
+def returned_the_model_itself_once(wrong: list) -> bool:
+    return wrong[0].got == ""
 
 
 def _named_another_module(wrong: list) -> str:
@@ -222,101 +361,27 @@ def _named_another_module(wrong: list) -> str:
     )
 
 
+@_finder_rule("another module", _named_another_module, details=_every_line_expected)
+def another_module(wrong: list) -> bool:
+    return True
+
+
 # What the wrong answers, all together, say about the approach: most specific first, the last one always fits.
 # A wrong approach is recognised when, on every case you got wrong, you answered what it answers.
 FINDER_MISTAKES = (
-    FinderMistake(
-        "returned the model itself",
-        _returned_the_model_itself,
-        (
-            "You returned '' — the model itself. Its forward hook fires LAST, after every submodule, and its "
-            "output is non-finite as soon as anything inside is. Either you kept the last name your hooks saw "
-            "(keep the first), or you scanned `model.named_modules()`, which lists the model itself first "
-            "(record names in the hooks, in the order they fire)."
-        ),
-        details=_lines,
-    ),
-    FinderMistake(
-        "class name",
-        _class_names,
-        (
-            "You returned the module's class name (e.g. 'Linear'); several modules share a class. Return its "
-            "qualified name, the one `model.named_modules()` gives with it (e.g. '2' or 'block.fc2')."
-        ),
-        details=_lines,
-    ),
-    FinderMistake("autocast for another device", _autocast_elsewhere, _autocast_elsewhere_message),
-    FinderMistake("autocast in another dtype", _another_dtype, _another_dtype_message),
-    FinderMistake(
-        "ran without autocast",
-        _everywhere(cases.without_autocast),
-        (
-            "Your function found nothing where float16 overflows: it ran the model without autocast (or in "
-            "another dtype), and in float32 these values are ordinary numbers. Run the forward inside `with "
-            "torch.autocast(device_type=inputs.device.type, dtype=dtype):`."
-        ),
-    ),
-    FinderMistake(
-        "kept the last",
-        _everywhere(cases.last_nonfinite),
-        (
-            "You returned the LAST module whose output is non-finite. Once one value is inf/NaN every later "
-            "layer (and the model itself, whose hook fires last) is non-finite too: keep the first name you see "
-            "and ignore the rest (e.g. `if not found: found.append(name)`)."
-        ),
-    ),
-    FinderMistake(
-        "NaN only",
-        _everywhere(cases.nan_only),
-        (
-            "You looked for NaN only. An overflow produces +-inf first; NaN appears a layer later (inf - inf, "
-            "0 * inf). Test with `torch.isfinite(output).all()`, which catches both."
-        ),
-    ),
-    FinderMistake(
-        "inf only",
-        _everywhere(cases.inf_only),
-        (
-            "You looked for inf only, so a NaN (here one that was already in the batch) went unnoticed. Test "
-            "with `torch.isfinite(output).all()`, which catches inf and NaN."
-        ),
-    ),
-    FinderMistake(
-        "top-level children only",
-        _everywhere(cases.top_level_only),
-        (
-            "You only watched the top-level children (model.children()), so you named the block that contains "
-            "the overflowing layer. Register the hook on every module from `model.named_modules()` to see inside "
-            "blocks."
-        ),
-    ),
-    FinderMistake(
-        "definition order",
-        _everywhere(cases.in_definition_order),
-        (
-            "You reported modules in the order they are DEFINED (named_modules()), not the order they RUN. "
-            "Record the names inside the forward hooks, as the hooks fire: that is the order the values are "
-            "produced."
-        ),
-    ),
-    FinderMistake(
-        "a name where everything is finite",
-        lambda wrong: wrong[0].expected is None,
-        _named_a_finite_case,
-        details=lambda wrong: [],
-    ),
-    FinderMistake(
-        "returned the model itself once",
-        lambda wrong: wrong[0].got == "",
-        _named_the_model_once,
-        details=lambda wrong: _lines(wrong, "expected"),
-    ),
-    FinderMistake(
-        "another module",
-        lambda wrong: True,
-        _named_another_module,
-        details=lambda wrong: _lines(wrong, "expected"),
-    ),
+    returned_the_model_itself,
+    returned_the_class_name,
+    autocast_for_another_device,
+    autocast_in_another_dtype,
+    ran_without_autocast,
+    kept_the_last,
+    nan_only,
+    inf_only,
+    top_level_children_only,
+    definition_order,
+    a_name_where_everything_is_finite,
+    returned_the_model_itself_once,
+    another_module,
 )
 
 
@@ -372,11 +437,10 @@ def _gpu_problem(first_nonfinite_module) -> tuple:
     elsewhere = sorted({a.device_type for a in entered if a.enabled and a.device_type != "cuda"})
     if elsewhere:
         message = (
-            f"Your function enters autocast for {elsewhere[0]!r} whatever the tensors' device. Run on "
-            f"a model and a batch on a GPU ('cuda'), it returned {got!r} instead of {expected!r}: "
-            f"{elsewhere[0]!r} autocast does not touch CUDA tensors, so the model ran in float32. "
-            "Take the device type from the tensors: `torch.autocast(device_type=inputs.device.type, "
-            "dtype=dtype)`."
+            f"Your function enters autocast for {elsewhere[0]!r} whatever the tensors' device. Run on a "
+            f"model and a batch on a GPU ('cuda'), it returned {got!r} instead of {expected!r}: "
+            f"{elsewhere[0]!r} autocast does not touch CUDA tensors, so the model ran in float32. Take the "
+            "device type from the tensors: `torch.autocast(device_type=inputs.device.type, dtype=dtype)`."
         )
     else:
         message = (
@@ -458,9 +522,8 @@ def _learner_error(problem: LearnerProblem, recorder) -> None:
         problem.result.message = _FLOAT64_MESSAGE + "\n(" + message + ")"
     elif "dtype" in message.lower():
         problem.result.message = (
-            "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a "
-            "float16 operand meet in one matmul. Cast BOTH operands with .float() inside the "
-            "block.\n" + message
+            "Inside `torch.autocast(..., enabled=False)` nothing is cast for you, so a float32 and a float16 "
+            "operand meet in one matmul. Cast BOTH operands with .float() inside the block.\n" + message
         )
 
 
@@ -600,160 +663,222 @@ def _observe_on_gpu(texture_forward, model, x, reference) -> TextureRun | None:
     )
 
 
+def _not_a_tensor_message(run: TextureRun) -> str:
+    return (
+        f"texture_forward returned a {type(run.got).__name__}; return the logits tensor "
+        "(what `model.head(...)` gives)."
+    )
+
+
+@rule("not a tensor", _not_a_tensor_message)
+def not_a_tensor(run: TextureRun) -> bool:
+    return not isinstance(run.got, torch.Tensor)
+
+
+def _not_the_logits_shape_message(run: TextureRun) -> str:
+    return (
+        f"texture_forward returned shape {tuple(run.got.shape)}; the logits are [{run.batch}, {run.classes}] "
+        "(batch, classes). Return `model.head(gram.flatten(1))`."
+    )
+
+
+@rule("not the logits' shape", _not_the_logits_shape_message)
+def not_the_logits_shape(run: TextureRun) -> bool:
+    return tuple(run.got.shape) != (run.batch, run.classes)
+
+
+@rule("Gram product in bfloat16", _BF16_MESSAGE)
+def gram_product_in_bfloat16_without_autocast(run: TextureRun) -> bool:
+    return run.gram is not None and run.gram.output_dtype == "bfloat16"
+
+
+def _hid_the_overflow_without_autocast_message(run: TextureRun) -> str:
+    return (
+        _hiding_message(run.hid) + " Even in float32 your clamping changes the Gram entries above "
+        "65504, which are perfectly valid there."
+    )
+
+
+@rule("hid the overflow", _hid_the_overflow_without_autocast_message)
+def hid_the_overflow_without_autocast(run: TextureRun) -> bool:
+    return not run.matches_reference and run.hid
+
+
+@rule(
+    "changed the math",
+    "Called without autocast, your function does not reproduce TextureNet.forward: keep the math as it "
+    "is (features -> Gram product h^T @ h -> divide by the number of tokens -> head); only the precision "
+    "of one op should change.",
+)
+def changed_the_math(run: TextureRun) -> bool:
+    return not run.matches_reference
+
+
 # 1. Called without autocast, the function must be TextureNet.forward itself.
 PLAIN_MISTAKES = (
-    Mistake(
-        "not a tensor",
-        lambda run: not isinstance(run.got, torch.Tensor),
-        lambda run: (
-            f"texture_forward returned a {type(run.got).__name__}; return the logits tensor "
-            "(what `model.head(...)` gives)."
-        ),
-    ),
-    Mistake(
-        "not the logits' shape",
-        lambda run: tuple(run.got.shape) != (run.batch, run.classes),
-        lambda run: (
-            f"texture_forward returned shape {tuple(run.got.shape)}; the logits are [{run.batch}, {run.classes}] "
-            "(batch, classes). Return `model.head(gram.flatten(1))`."
-        ),
-    ),
-    Mistake(
-        "Gram product in bfloat16",
-        lambda run: run.gram is not None and run.gram.output_dtype == "bfloat16",
-        _BF16_MESSAGE,
-    ),
-    Mistake(
-        "hid the overflow",
-        lambda run: not run.matches_reference and run.hid,
-        lambda run: (
-            _hiding_message(run.hid) + " Even in float32 your clamping changes the Gram entries above "
-            "65504, which are perfectly valid there."
-        ),
-    ),
-    Mistake(
-        "changed the math",
-        lambda run: not run.matches_reference,
-        (
-            "Called without autocast, your function does not reproduce TextureNet.forward: keep the math as it "
-            "is (features -> Gram product h^T @ h -> divide by the number of tokens -> head); only the precision "
-            "of one op should change."
-        ),
-    ),
+    not_a_tensor,
+    not_the_logits_shape,
+    gram_product_in_bfloat16_without_autocast,
+    hid_the_overflow_without_autocast,
+    changed_the_math,
 )
+
+
+@rule("not the logits", "Under autocast texture_forward did not return the [batch, classes] logits tensor.")
+def not_the_logits_under_autocast(run: TextureRun) -> bool:
+    return not isinstance(run.got, torch.Tensor) or tuple(run.got.shape) != (run.batch, run.classes)
+
+
+@rule(
+    "features in float32 too",
+    "`model.features` ran in float32: your `enabled=False` block starts too early (head still "
+    "runs in float16). Compute `h = model.features(x)` under autocast and switch autocast off "
+    "only around the Gram product.",
+)
+def features_in_float32_too(run: TextureRun) -> bool:
+    return run.ran_in("features") == torch.float32 and run.ran_in("head") == torch.float16
+
+
+@rule(
+    "everything in float32",
+    "Your whole forward ran in float32: `model.features` produced float32 although it is a Linear that "
+    "autocast runs in float16. Disabling autocast for the whole model throws away the mixed precision; "
+    "keep `enabled=False` around the Gram product only.",
+)
+def everything_in_float32(run: TextureRun) -> bool:
+    return run.ran_in("features") == torch.float32
+
+
+@rule(
+    "no Gram product",
+    "No matmul produced the [batch, channels, channels] Gram matrix: compute "
+    "`h.transpose(1, 2) @ h` (in float32) as TextureNet.forward does.",
+)
+def no_gram_product(run: TextureRun) -> bool:
+    return run.gram is None
+
+
+@rule("Gram product in bfloat16", _BF16_MESSAGE)
+def gram_product_in_bfloat16(run: TextureRun) -> bool:
+    return run.gram.output_dtype == "bfloat16"
+
+
+@rule("Gram product in float64", _FLOAT64_MESSAGE)
+def gram_product_in_float64(run: TextureRun) -> bool:
+    return run.gram.output_dtype == "float64"
+
+
+@rule(
+    "inputs left in float16",
+    "You switched autocast off around the Gram product but its inputs are still float16 (h comes "
+    "out of a float16 Linear), so the product ran in float16 and overflowed anyway. Cast them: "
+    "`h.float().transpose(1, 2) @ h.float()`.",
+)
+def inputs_left_in_float16(run: TextureRun) -> bool:
+    return not run.finite and run.gram.output_dtype == "float16" and not run.gram.autocast
+
+
+@rule(
+    "the wrong op in float32",
+    "You moved the wrong op to float32: `head` ran in float32, but the Gram product still ran in "
+    "float16 and overflowed before head ever saw it. Use the finder's report: the first non-finite "
+    "value is the input of head, computed by h^T @ h.",
+)
+def the_wrong_op_in_float32(run: TextureRun) -> bool:
+    return not run.finite and run.ran_in("head") == torch.float32
+
+
+@rule(
+    "cast after the product",
+    "You cast to float32 AFTER the product: `(h.transpose(1, 2) @ h).float()` converts an inf that "
+    "float16 already produced. The inputs must be float32 before the matmul runs.",
+)
+def cast_after_the_product(run: TextureRun) -> bool:
+    return not run.finite and run.cast_after
+
+
+def _autocast_off_for_another_device_message(run: TextureRun) -> str:
+    return (
+        f"You switched autocast off for {run.switched_off(other_than='cpu')[0]!r}, but these tensors are on "
+        "the CPU ('cpu'): autocast is per device type, so CPU autocast stayed on and the Gram product still "
+        "ran in float16. Take the device type from the tensors: "
+        "`torch.autocast(device_type=x.device.type, enabled=False)`."
+    )
+
+
+@rule("autocast off for another device", _autocast_off_for_another_device_message)
+def autocast_off_for_another_device(run: TextureRun) -> bool:
+    return not run.finite and run.gram.autocast and run.switched_off(other_than="cpu")
+
+
+@rule(
+    "nothing fixed",
+    "Nothing was fixed: under float16 autocast the Gram product h^T @ h still runs in float16, exceeds "
+    "65504 and the logits are inf/NaN. Wrap it in `with torch.autocast(device_type=x.device.type, "
+    "enabled=False):` and cast its inputs with .float().",
+)
+def nothing_fixed(run: TextureRun) -> bool:
+    return not run.finite
+
+
+def _hid_the_overflow_message(run: TextureRun) -> str:
+    return _hiding_message(run.hid)
+
+
+@rule("hid the overflow", _hid_the_overflow_message)
+def hid_the_overflow(run: TextureRun) -> bool:
+    return run.hid or (run.gram.output_dtype == "float16" and not run.gram.finite)
+
+
+@rule(
+    "rescaled instead",
+    "Your Gram product still runs in float16 and happens to stay finite (did you rescale h before the "
+    "product?). That is a legitimate trick, but it still depends on float16's range — a longer sequence "
+    "overflows again. This exercise practises the precision "
+    "fix: autocast off locally, inputs cast to float32.",
+)
+def rescaled_instead(run: TextureRun) -> bool:
+    return run.gram.output_dtype == "float16"
+
+
+@rule(
+    "float32 block too wide",
+    "The Gram product is float32 now (good), but `head` ran in float32 too: your `enabled=False` block is "
+    "wider than needed. End it right after the product so head's Linear runs in float16 as autocast chooses.",
+)
+def float32_block_too_wide(run: TextureRun) -> bool:
+    return run.ran_in("head") == torch.float32
+
+
+def _logits_off_the_reference_message(run: TextureRun) -> str:
+    return (
+        f"The logits differ from the FP32 reference by up to {run.difference:.4g} (allowed "
+        f"{run.tolerance:.3g}): keep the rest of the forward unchanged."
+    )
+
+
+@rule("logits off the reference", _logits_off_the_reference_message)
+def logits_off_the_reference(run: TextureRun) -> bool:
+    return not run.difference <= run.tolerance
+
 
 # 2. Under float16 autocast: finite, the Gram product in float32, the rest in float16, close to the reference.
 AUTOCAST_MISTAKES = (
-    Mistake(
-        "not the logits",
-        lambda run: not isinstance(run.got, torch.Tensor) or tuple(run.got.shape) != (run.batch, run.classes),
-        "Under autocast texture_forward did not return the [batch, classes] logits tensor.",
-    ),
-    Mistake(
-        "features in float32 too",
-        lambda run: run.ran_in("features") == torch.float32 and run.ran_in("head") == torch.float16,
-        (
-            "`model.features` ran in float32: your `enabled=False` block starts too early (head still "
-            "runs in float16). Compute `h = model.features(x)` under autocast and switch autocast off "
-            "only around the Gram product."
-        ),
-    ),
-    Mistake(
-        "everything in float32",
-        lambda run: run.ran_in("features") == torch.float32,
-        (
-            "Your whole forward ran in float32: `model.features` produced float32 although it is a Linear that "
-            "autocast runs in float16. Disabling autocast for the whole model throws away the mixed precision; "
-            "keep `enabled=False` around the Gram product only."
-        ),
-    ),
-    Mistake(
-        "no Gram product",
-        lambda run: run.gram is None,
-        (
-            "No matmul produced the [batch, channels, channels] Gram matrix: compute "
-            "`h.transpose(1, 2) @ h` (in float32) as TextureNet.forward does."
-        ),
-    ),
-    Mistake("Gram product in bfloat16", lambda run: run.gram.output_dtype == "bfloat16", _BF16_MESSAGE),
-    Mistake("Gram product in float64", lambda run: run.gram.output_dtype == "float64", _FLOAT64_MESSAGE),
-    Mistake(
-        "inputs left in float16",
-        lambda run: not run.finite and run.gram.output_dtype == "float16" and not run.gram.autocast,
-        (
-            "You switched autocast off around the Gram product but its inputs are still float16 (h comes "
-            "out of a float16 Linear), so the product ran in float16 and overflowed anyway. Cast them: "
-            "`h.float().transpose(1, 2) @ h.float()`."
-        ),
-    ),
-    Mistake(
-        "the wrong op in float32",
-        lambda run: not run.finite and run.ran_in("head") == torch.float32,
-        (
-            "You moved the wrong op to float32: `head` ran in float32, but the Gram product still ran in "
-            "float16 and overflowed before head ever saw it. Use the finder's report: the first non-finite "
-            "value is the input of head, computed by h^T @ h."
-        ),
-    ),
-    Mistake(
-        "cast after the product",
-        lambda run: not run.finite and run.cast_after,
-        (
-            "You cast to float32 AFTER the product: `(h.transpose(1, 2) @ h).float()` converts an inf that "
-            "float16 already produced. The inputs must be float32 before the matmul runs."
-        ),
-    ),
-    Mistake(
-        "autocast off for another device",
-        lambda run: not run.finite and run.gram.autocast and run.switched_off(other_than="cpu"),
-        lambda run: (
-            f"You switched autocast off for {run.switched_off(other_than='cpu')[0]!r}, but these tensors "
-            "are on the CPU ('cpu'): autocast is per device type, so CPU autocast stayed on and the Gram "
-            "product still ran in float16. Take the device type from the tensors: "
-            "`torch.autocast(device_type=x.device.type, enabled=False)`."
-        ),
-    ),
-    Mistake(
-        "nothing fixed",
-        lambda run: not run.finite,
-        (
-            "Nothing was fixed: under float16 autocast the Gram product h^T @ h still runs in float16, exceeds "
-            "65504 and the logits are inf/NaN. Wrap it in `with torch.autocast(device_type=x.device.type, "
-            "enabled=False):` and cast its inputs with .float()."
-        ),
-    ),
-    Mistake(
-        "hid the overflow",
-        lambda run: run.hid or (run.gram.output_dtype == "float16" and not run.gram.finite),
-        lambda run: _hiding_message(run.hid),
-    ),
-    Mistake(
-        "rescaled instead",
-        lambda run: run.gram.output_dtype == "float16",
-        (
-            "Your Gram product still runs in float16 and happens to stay finite (did you rescale h before the "
-            "product?). That is a legitimate trick, but it still depends on float16's range — a longer sequence "
-            "overflows again. This exercise practises the precision fix: autocast off locally, inputs cast "
-            "to float32."
-        ),
-    ),
-    Mistake(
-        "float32 block too wide",
-        lambda run: run.ran_in("head") == torch.float32,
-        (
-            "The Gram product is float32 now (good), but `head` ran in float32 too: your `enabled=False` block "
-            "is wider than needed. End it right after the product so head's Linear runs in float16 as "
-            "autocast chooses."
-        ),
-    ),
-    Mistake(
-        "logits off the reference",
-        lambda run: not run.difference <= run.tolerance,
-        lambda run: (
-            f"The logits differ from the FP32 reference by up to {run.difference:.4g} (allowed "
-            f"{run.tolerance:.3g}): keep the rest of the forward unchanged."
-        ),
-    ),
+    not_the_logits_under_autocast,
+    features_in_float32_too,
+    everything_in_float32,
+    no_gram_product,
+    gram_product_in_bfloat16,
+    gram_product_in_float64,
+    inputs_left_in_float16,
+    the_wrong_op_in_float32,
+    cast_after_the_product,
+    autocast_off_for_another_device,
+    nothing_fixed,
+    hid_the_overflow,
+    rescaled_instead,
+    float32_block_too_wide,
+    logits_off_the_reference,
 )
 
 
@@ -764,26 +889,36 @@ def _gpu_outcome(run: TextureRun) -> str:
     return f"the Gram product ran in {run.gram.output_dtype}" if run.gram else "no Gram product ran"
 
 
+def _autocast_off_for_a_fixed_device_type_message(run: TextureRun) -> str:
+    return (
+        f"Your function switches autocast off for {run.switched_off(other_than='cuda')[0]!r} "
+        "whatever the tensors' device. That works only there: run with the model and the batch on a "
+        f"GPU ('cuda'), CUDA's autocast stays on and {_gpu_outcome(run)}. Take the device type from "
+        "the tensors: `with torch.autocast(device_type=x.device.type, enabled=False):`."
+    )
+
+
+@rule("autocast off for a fixed device type", _autocast_off_for_a_fixed_device_type_message)
+def autocast_off_for_a_fixed_device_type(run: TextureRun) -> bool:
+    return not run.gram_fixed and run.switched_off(other_than="cuda")
+
+
+def _not_fixed_on_a_gpu_message(run: TextureRun) -> str:
+    return (
+        f"Run with the model and the batch on a GPU ('cuda'), {_gpu_outcome(run)}: what decides the "
+        "precision in your function does not follow the tensors' device. Use `torch.autocast(device_type="
+        "x.device.type, enabled=False)` and .float() on both operands."
+    )
+
+
+@rule("not fixed on a GPU", _not_fixed_on_a_gpu_message)
+def not_fixed_on_a_gpu(run: TextureRun) -> bool:
+    return not run.gram_fixed
+
+
 GPU_MISTAKES = (
-    Mistake(
-        "autocast off for a fixed device type",
-        lambda run: not run.gram_fixed and run.switched_off(other_than="cuda"),
-        lambda run: (
-            f"Your function switches autocast off for {run.switched_off(other_than='cuda')[0]!r} "
-            "whatever the tensors' device. That works only there: run with the model and the batch on a "
-            f"GPU ('cuda'), CUDA's autocast stays on and {_gpu_outcome(run)}. Take the device type from "
-            "the tensors: `with torch.autocast(device_type=x.device.type, enabled=False):`."
-        ),
-    ),
-    Mistake(
-        "not fixed on a GPU",
-        lambda run: not run.gram_fixed,
-        lambda run: (
-            f"Run with the model and the batch on a GPU ('cuda'), {_gpu_outcome(run)}: what decides the "
-            "precision in your function does not follow the tensors' device. Use `torch.autocast(device_type="
-            "x.device.type, enabled=False)` and .float() on both operands."
-        ),
-    ),
+    autocast_off_for_a_fixed_device_type,
+    not_fixed_on_a_gpu,
 )
 
 

@@ -42,7 +42,7 @@ from amp_lessons.checks.harness import (
     not_done,
     passed,
 )
-from amp_lessons.checks.mistakes import Mistake, first_mistake, name_mistake
+from amp_lessons.checks.mistakes import first_mistake, name_mistake, rule
 from amp_lessons.core.environment import seed_everything
 from amp_lessons.l06_checkpoint_and_rollback.checkpoint import (
     SimulatedCrash,
@@ -54,15 +54,7 @@ from amp_lessons.l06_checkpoint_and_rollback.checkpoint import (
     simulated_crash_before_move,
     simulated_failed_write,
 )
-from amp_lessons.l06_checkpoint_and_rollback.resume import (
-    probe_config,
-    probe_dtype,
-    probe_run,
-    probe_steps,
-    read_any_payload,
-    same_state,
-    scan_payload,
-)
+from amp_lessons.l06_checkpoint_and_rollback.resume import probe_config, probe_dtype, probe_run, probe_steps
 
 STEPS_BEFORE = 6
 STEPS_AFTER = 6
@@ -164,16 +156,16 @@ def _touched_message(s: SaveSeen) -> str:
     touched = s.touched
     gone = [n for n in touched if n not in s.after]
     return (
-        f"save_checkpoint {'removed' if gone else 'modified'} {touched}, file(s) that were already in the "
-        "folder"
+        f"save_checkpoint {'removed' if gone else 'modified'} "
+        f"{touched}, file(s) that were already in the folder"
         + (
             " (a fixed temporary name such as tmp.pt overwrites any file of that name)"
             if "tmp.pt" in touched
             else ""
         )
         + ". A checkpoint save must touch only its own file: give the temporary file a fresh unique name "
-        "(tempfile.mkstemp(dir=folder) or NamedTemporaryFile(dir=folder, delete=False)) and delete nothing "
-        "else."
+        "(tempfile.mkstemp(dir=folder) or NamedTemporaryFile(dir=folder, "
+        "delete=False)) and delete nothing else."
     )
 
 
@@ -188,7 +180,79 @@ def _temporary_folder(s: SaveSeen) -> str:
     return os.path.dirname(s.arrivals[-1][0])
 
 
-def _temporary_elsewhere(s: SaveSeen) -> bool:
+def _wrote_into_the_current_directory_message(s: SaveSeen) -> str:
+    return (
+        f"save_checkpoint wrote {s.in_cwd} into the current working directory. Write only at `path` (and a "
+        "temporary file in the same folder): the current directory holds the learner's own files."
+    )
+
+
+@rule("wrote into the current directory", _wrote_into_the_current_directory_message)
+def wrote_into_the_current_directory(s: SaveSeen) -> bool:
+    return bool(s.in_cwd)
+
+
+@rule("touched other files", _touched_message)
+def touched_other_files(s: SaveSeen) -> bool:
+    return bool(s.touched)
+
+
+@rule("no file at path", _no_file_message)
+def no_file_at_path(s: SaveSeen) -> bool:
+    return s.name not in s.after
+
+
+def _left_a_file_next_to_the_checkpoint_message(s: SaveSeen) -> str:
+    return (
+        f"save_checkpoint left {sorted(set(s.new_files) - {s.name})} next to the checkpoint. The temporary "
+        "file should *become* the checkpoint (os.replace moves it), so nothing else is left behind."
+    )
+
+
+@rule("left a file next to the checkpoint", _left_a_file_next_to_the_checkpoint_message)
+def left_a_file_next_to_the_checkpoint(s: SaveSeen) -> bool:
+    return bool(set(s.new_files) - {s.name})
+
+
+@rule(
+    "never called torch.save",
+    "save_checkpoint never called torch.save. Write the payload with torch.save "
+    "(that is what torch.load(weights_only=True) reads back).",
+)
+def never_called_torch_save(s: SaveSeen) -> bool:
+    return not s.saves
+
+
+@rule(
+    "torch.save straight into path",
+    "Not atomic: torch.save wrote straight into `path`. If that write is interrupted (disk full, job "
+    "killed), the previous checkpoint is already destroyed and only a truncated file is left. Write "
+    "to a temporary file in the same folder, then os.replace(temporary, path).",
+)
+def torch_save_straight_into_path(s: SaveSeen) -> bool:
+    return os.path.abspath(s.path) in s.saves
+
+
+@rule(
+    "not moved into place by os.replace",
+    "The checkpoint did not arrive at `path` through os.replace (or os.rename). Copying a finished "
+    "temporary file onto `path` is not atomic either: a copy can stop halfway. Finish with "
+    "os.replace(temporary, path), a single atomic rename.",
+)
+def not_moved_into_place_by_os_replace(s: SaveSeen) -> bool:
+    return not s.arrivals
+
+
+def _temporary_file_in_another_folder_message(s: SaveSeen) -> str:
+    return (
+        f"The temporary file was written in {_temporary_folder(s)}, not next to the checkpoint. "
+        "os.replace is only atomic within one file system (across file systems it fails or copies): "
+        "create the temporary file in os.path.dirname(path)."
+    )
+
+
+@rule("temporary file in another folder", _temporary_file_in_another_folder_message)
+def temporary_file_in_another_folder(s: SaveSeen) -> bool:
     """Outside the checkpoint's folder (a folder the save made inside it, e.g. TemporaryDirectory(dir=folder),
     is on the same file system: os.replace from there is atomic too)."""
     folder = os.path.dirname(os.path.abspath(s.path))
@@ -197,74 +261,44 @@ def _temporary_elsewhere(s: SaveSeen) -> bool:
 
 # The first save: what it did to the files, then how it wrote. Every rule reads ``SaveSeen``.
 SAVE_MISTAKES = (
-    Mistake(
-        "wrote into the current directory",
-        lambda s: bool(s.in_cwd),
-        lambda s: (
-            f"save_checkpoint wrote {s.in_cwd} into the current working directory. Write only at `path` (and a "
-            "temporary file in the same folder): the current directory holds the learner's own files."
-        ),
-    ),
-    Mistake("touched other files", lambda s: bool(s.touched), _touched_message),
-    Mistake("no file at path", lambda s: s.name not in s.after, _no_file_message),
-    Mistake(
-        "left a file next to the checkpoint",
-        lambda s: bool(set(s.new_files) - {s.name}),
-        lambda s: (
-            f"save_checkpoint left {sorted(set(s.new_files) - {s.name})} next to the checkpoint. The temporary "
-            "file should *become* the checkpoint (os.replace moves it), so nothing else is left behind."
-        ),
-    ),
-    Mistake(
-        "never called torch.save",
-        lambda s: not s.saves,
-        "save_checkpoint never called torch.save. Write the payload with torch.save "
-        "(that is what torch.load(weights_only=True) reads back).",
-    ),
-    Mistake(
-        "torch.save straight into path",
-        lambda s: os.path.abspath(s.path) in s.saves,
-        "Not atomic: torch.save wrote straight into `path`. If that write is interrupted (disk full, job "
-        "killed), the previous checkpoint is already destroyed and only a truncated file is left. Write "
-        "to a temporary file in the same folder, then os.replace(temporary, path).",
-    ),
-    Mistake(
-        "not moved into place by os.replace",
-        lambda s: not s.arrivals,
-        "The checkpoint did not arrive at `path` through os.replace (or os.rename). Copying a finished "
-        "temporary file onto `path` is not atomic either: a copy can stop halfway. Finish with "
-        "os.replace(temporary, path), a single atomic rename.",
-    ),
-    Mistake(
-        "temporary file in another folder",
-        _temporary_elsewhere,
-        lambda s: (
-            f"The temporary file was written in {_temporary_folder(s)}, not next to the checkpoint. "
-            "os.replace is only atomic within one file system (across file systems it fails or copies): "
-            "create the temporary file in os.path.dirname(path)."
-        ),
-    ),
+    wrote_into_the_current_directory,
+    touched_other_files,
+    no_file_at_path,
+    left_a_file_next_to_the_checkpoint,
+    never_called_torch_save,
+    torch_save_straight_into_path,
+    not_moved_into_place_by_os_replace,
+    temporary_file_in_another_folder,
 )
+
+
+@rule(
+    "NumPy objects",
+    " NumPy's RNG state (np.random.get_state()) holds a NumPy array: convert it, e.g. "
+    "`keys.tolist()` or `torch.from_numpy(keys.astype('int64'))`.",
+)
+def numpy_objects_in_the_file(detail: str) -> bool:
+    return "numpy" in detail.lower()
+
+
+@rule("a TorchVersion", " torch.__version__ is a TorchVersion object: store str(torch.__version__).")
+def a_torch_version_in_the_file(detail: str) -> bool:
+    return "TorchVersion" in detail
+
+
+@rule(
+    "whole objects",
+    " Save state_dict()s and plain values, not whole objects (the model, optimizer or scaler themselves).",
+)
+def whole_objects_in_the_file(detail: str) -> bool:
+    return "GLOBAL" in detail
+
 
 # Why torch.load(weights_only=True) refused the file, read from the first line of its error.
 WEIGHTS_ONLY_HINTS = (
-    Mistake(
-        "NumPy objects",
-        lambda detail: "numpy" in detail.lower(),
-        " NumPy's RNG state (np.random.get_state()) holds a NumPy array: convert it, e.g. "
-        "`keys.tolist()` or `torch.from_numpy(keys.astype('int64'))`.",
-    ),
-    Mistake(
-        "a TorchVersion",
-        lambda detail: "TorchVersion" in detail,
-        " torch.__version__ is a TorchVersion object: store str(torch.__version__).",
-    ),
-    Mistake(
-        "whole objects",
-        lambda detail: "GLOBAL" in detail,
-        " Save state_dict()s and plain values, not whole objects (the model, optimizer or scaler "
-        "themselves).",
-    ),
+    numpy_objects_in_the_file,
+    a_torch_version_in_the_file,
+    whole_objects_in_the_file,
 )
 
 
@@ -282,76 +316,112 @@ def _weights_only_problem(path):
     return None
 
 
+def _raised_another_error_message(s: SaveSeen) -> str:
+    return (
+        f"When torch.save failed halfway, save_checkpoint raised a different error: {s.error}. Let the "
+        "original error propagate (after removing the temporary file)."
+    )
+
+
+@rule("raised another error", _raised_another_error_message)
+def raised_another_error(s: SaveSeen) -> bool:
+    return s.outcome == "other"
+
+
+@rule(
+    "deleted the previous checkpoint",
+    "When torch.save failed halfway, the previous checkpoint at `path` was deleted: a save must not "
+    "remove the old file before the new one is complete (os.replace does both at once).",
+)
+def deleted_the_previous_checkpoint(s: SaveSeen) -> bool:
+    return s.name not in s.after
+
+
+def _overwrote_the_previous_checkpoint_message(s: SaveSeen) -> str:
+    return (
+        f"Not atomic: when torch.save failed halfway, the previous checkpoint at `path` was overwritten by "
+        f"{len(s.after[s.name])} bytes of a half-written file. Write to a temporary file in the same folder, "
+        "then os.replace(temporary, path)."
+    )
+
+
+@rule("overwrote the previous checkpoint", _overwrote_the_previous_checkpoint_message)
+def overwrote_the_previous_checkpoint(s: SaveSeen) -> bool:
+    return s.after[s.name] != s.before[s.name]
+
+
+def _left_the_temporary_file_message(s: SaveSeen) -> str:
+    return (
+        f"When torch.save failed halfway, save_checkpoint left {s.new_files} behind. Remove the temporary "
+        "file when the write fails (in `except`/`finally`), then re-raise the error."
+    )
+
+
+@rule("left the temporary file", _left_the_temporary_file_message)
+def left_the_temporary_file(s: SaveSeen) -> bool:
+    return bool(s.new_files)
+
+
+@rule(
+    "hid the failed write",
+    "save_checkpoint hid a failed write: torch.save raised 'No space left on device' but your "
+    "function returned normally. Let the error propagate, so the training loop knows this checkpoint "
+    "was not written.",
+)
+def hid_the_failed_write(s: SaveSeen) -> bool:
+    return s.outcome == "returned"
+
+
 # The save that fails halfway: the previous checkpoint must survive, and the error must reach the caller.
 INTERRUPTED_SAVE_MISTAKES = (
-    Mistake(
-        "raised another error",
-        lambda s: s.outcome == "other",
-        lambda s: (
-            f"When torch.save failed halfway, save_checkpoint raised a different error: {s.error}. Let the "
-            "original error propagate (after removing the temporary file)."
-        ),
-    ),
-    Mistake(
-        "deleted the previous checkpoint",
-        lambda s: s.name not in s.after,
-        "When torch.save failed halfway, the previous checkpoint at `path` was deleted: a save must not "
-        "remove the old file before the new one is complete (os.replace does both at once).",
-    ),
-    Mistake(
-        "overwrote the previous checkpoint",
-        lambda s: s.after[s.name] != s.before[s.name],
-        lambda s: (
-            f"Not atomic: when torch.save failed halfway, the previous checkpoint at `path` was overwritten by "
-            f"{len(s.after[s.name])} bytes of a half-written file. Write to a temporary file in the same folder, "
-            "then os.replace(temporary, path)."
-        ),
-    ),
-    Mistake(
-        "left the temporary file",
-        lambda s: bool(s.new_files),
-        lambda s: (
-            f"When torch.save failed halfway, save_checkpoint left {s.new_files} behind. Remove the temporary "
-            "file when the write fails (in `except`/`finally`), then re-raise the error."
-        ),
-    ),
-    Mistake(
-        "hid the failed write",
-        lambda s: s.outcome == "returned",
-        "save_checkpoint hid a failed write: torch.save raised 'No space left on device' but your "
-        "function returned normally. Let the error propagate, so the training loop knows this checkpoint "
-        "was not written.",
-    ),
+    raised_another_error,
+    deleted_the_previous_checkpoint,
+    overwrote_the_previous_checkpoint,
+    left_the_temporary_file,
+    hid_the_failed_write,
 )
+
+
+def _removed_the_old_checkpoint_before_the_rename_message(s: SaveSeen) -> str:
+    return (
+        "A crash between two calls leaves no checkpoint: when the save was stopped right before its final "
+        "rename, `path` was already gone, because your save removes the old checkpoint first"
+        + (" (os.remove(path))" if os.path.abspath(s.path) in s.removes else "")
+        + " and renames the new file into place after. os.replace(temporary, path) swaps the new file in "
+        "with one atomic call that overwrites the old one: do not remove `path` yourself."
+    )
+
+
+@rule("removed the old checkpoint before the rename", _removed_the_old_checkpoint_before_the_rename_message)
+def removed_the_old_checkpoint_before_the_rename(s: SaveSeen) -> bool:
+    return s.name not in s.after
+
+
+@rule(
+    "changed the old checkpoint before the rename",
+    "When the save was stopped right before its final rename, the previous checkpoint at `path` had "
+    "already been changed. Nothing may touch `path` until the single os.replace(temporary, path) "
+    "that puts the finished file there.",
+)
+def changed_the_old_checkpoint_before_the_rename(s: SaveSeen) -> bool:
+    return s.after[s.name] != s.before[s.name]
+
+
+@rule(
+    "hid the failed rename",
+    "save_checkpoint hid a failed rename: os.replace was interrupted, but your function returned "
+    "normally (a bare `except:` catches even the end of the process). Let the error propagate (after "
+    "removing the temporary file), so the loop knows this checkpoint was not written.",
+)
+def hid_the_failed_rename(s: SaveSeen) -> bool:
+    return s.outcome == "returned"
 
 
 # The save stopped right before its final rename (the process dies there): the old checkpoint must survive.
 CRASH_BEFORE_MOVE_MISTAKES = (
-    Mistake(
-        "removed the old checkpoint before the rename",
-        lambda s: s.name not in s.after,
-        lambda s: (
-            "A crash between two calls leaves no checkpoint: when the save was stopped right before its final "
-            "rename, `path` was already gone, because your save removes the old checkpoint first"
-            + (" (os.remove(path))" if os.path.abspath(s.path) in s.removes else "")
-            + " and renames the new file into place after. os.replace(temporary, path) swaps the new file in "
-            "with one atomic call that overwrites the old one: do not remove `path` yourself."
-        ),
-    ),
-    Mistake(
-        "changed the old checkpoint before the rename",
-        lambda s: s.after[s.name] != s.before[s.name],
-        "When the save was stopped right before its final rename, the previous checkpoint at `path` had "
-        "already been changed. Nothing may touch `path` until the single os.replace(temporary, path) "
-        "that puts the finished file there.",
-    ),
-    Mistake(
-        "hid the failed rename",
-        lambda s: s.outcome == "returned",
-        "save_checkpoint hid a failed rename: os.replace was interrupted, but your function returned "
-        "normally (a bare `except:` catches even the end of the process). Let the error propagate (after "
-        "removing the temporary file), so the loop knows this checkpoint was not written.",
-    ),
+    removed_the_old_checkpoint_before_the_rename,
+    changed_the_old_checkpoint_before_the_rename,
+    hid_the_failed_rename,
 )
 
 
@@ -439,10 +509,9 @@ def _save_passed_message(mover: str) -> str:
             "Windows os.rename refuses to overwrite an existing file, so os.replace is the portable call"
         )
     return (
-        f"Atomic and tidy: {how}, an interrupted save leaves the previous checkpoint byte for byte "
-        "intact and no stray file, nothing else in the folder is touched, and "
-        "torch.load(weights_only=True) accepts the file. (The check worked in a temporary folder it has "
-        "deleted.)"
+        f"Atomic and tidy: {how}, an interrupted save leaves the previous checkpoint byte for byte intact "
+        "and no stray file, nothing else in the folder is touched, and torch.load(weights_only=True) "
+        "accepts the file. (The check worked in a temporary folder it has deleted.)"
     )
 
 
@@ -470,6 +539,55 @@ def _short(value) -> str:
 
 def _params(model) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# Reading the learner's file and state (06.2).
+def scan_payload(payload, predicate) -> bool:
+    """Does any dict/list/tuple inside ``payload`` satisfy ``predicate``? (A learner's file can nest its parts
+    under any keys: the checker asks "is an optimizer state_dict in there at all", not where.)"""
+    stack, seen = [payload], 0
+    while stack and seen < 100000:
+        item = stack.pop()
+        seen += 1
+        try:
+            if predicate(item):
+                return True
+        except Exception:
+            pass
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def read_any_payload(path):
+    """The file as torch.load reads it, safely first and then not (only to see what it holds); None when
+    neither works."""
+    for weights_only in (True, False):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=weights_only)
+        except Exception:
+            continue
+    return None
+
+
+def same_state(a, b) -> bool:
+    """Bitwise equality of nested states (tensors by dtype, shape and ``torch.equal``; no tolerance: a resume
+    is a continuation only when nothing changed at all)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and torch.equal(a.cpu(), b.cpu())
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 RNG_NAMES = {
@@ -537,143 +655,217 @@ ADAM_RESTARTS = (
     "the run diverges."
 )
 
+
+def _not_the_pair_step_config_message(s: ResumeSeen) -> str:
+    return (
+        f"load_checkpoint returned {_short(s.result)}; it must return the pair (step, config) so the "
+        "loop knows where to continue and with which precision policy."
+    )
+
+
+@rule("not the pair (step, config)", _not_the_pair_step_config_message)
+def not_the_pair_step_config(s: ResumeSeen) -> bool:
+    return not isinstance(s.result, (tuple, list)) or len(s.result) != 2
+
+
+@rule(
+    "(config, step) in the wrong order",
+    "load_checkpoint returned (config, step): the pair is the other way round. Return "
+    "(step, config), the order the training loop unpacks (`step, config = load_checkpoint(...)`).",
+)
+def config_and_step_swapped(s: ResumeSeen) -> bool:
+    return isinstance(s.result[0], dict) and _as_step(s.result[1]) == STEPS_BEFORE
+
+
+def _step_counter_lost_message(s: ResumeSeen) -> str:
+    return (
+        f"Step counter lost: load_checkpoint returned step {_short(s.result[0])}, but the checkpoint was "
+        f"saved after {STEPS_BEFORE} steps. Save `step` in the payload and return it: schedules, logs and "
+        "rollback decisions are indexed by it."
+    )
+
+
+@rule("step counter lost", _step_counter_lost_message)
+def step_counter_lost(s: ResumeSeen) -> bool:
+    return _as_step(s.result[0]) != STEPS_BEFORE
+
+
+def _config_lost_message(s: ResumeSeen) -> str:
+    return (
+        f"The config came back as {_short(s.result[1])} instead of {s.config}. Save the config (dtype, FP32 "
+        "regions, ...) and return it: it is how a resume tells "
+        "a continuation from a change of precision policy."
+    )
+
+
+@rule("config lost", _config_lost_message)
+def config_lost(s: ResumeSeen) -> bool:
+    return not isinstance(s.result[1], dict) or s.result[1] != s.config
+
+
+@rule(
+    "weights not restored",
+    "The model's weights were not restored: after load_checkpoint the fresh model still has its own "
+    "parameters. Save model.state_dict() and call model.load_state_dict(...) on the model you are "
+    "given (do not build a new one).",
+)
+def weights_not_restored(s: ResumeSeen) -> bool:
+    return not all(same_state(s.params[k], s.saved["params"][k]) for k in s.saved["params"])
+
+
+@rule(
+    "optimizer lost the model's parameters",
+    "After load_checkpoint the optimizer no longer holds the model's parameters: the model's "
+    "parameter tensors were replaced (load_state_dict(..., assign=True), or new nn.Parameters), "
+    "while the optimizer still updates the old ones, so the next step finds no gradients to apply. "
+    "Copy the weights into the existing parameters: model.load_state_dict(state), no assign=True.",
+)
+def optimizer_lost_the_model_parameters(s: ResumeSeen) -> bool:
+    return not s.optimizer_has_the_parameters
+
+
+@rule(
+    "optimizer state saved but not restored",
+    "Optimizer state not restored: your file contains the optimizer's state_dict, but "
+    "load_checkpoint does not call optimizer.load_state_dict(...)." + ADAM_RESTARTS,
+)
+def optimizer_state_saved_but_not_restored(s: ResumeSeen) -> bool:
+    return _optimizer_lost(s) and s.in_file(_has_optimizer_state)
+
+
+@rule(
+    "optimizer state not saved",
+    "Optimizer state not saved: the checkpoint has no optimizer.state_dict()." + ADAM_RESTARTS,
+)
+def optimizer_state_not_saved(s: ResumeSeen) -> bool:
+    return _optimizer_lost(s)
+
+
+def _only_part_of_the_gradscaler_state_message(s: ResumeSeen) -> str:
+    return (
+        f"Only part of the GradScaler state came back: the scale ({s.saved['scaler']['scale']}) is right but "
+        f"the growth tracker is {s.scaler.get('_growth_tracker')} instead of "
+        f"{s.saved['scaler']['_growth_tracker']}. Save scaler.state_dict() "
+        "whole and load it with scaler.load_state_dict(...)."
+    )
+
+
+@rule("only part of the GradScaler state", _only_part_of_the_gradscaler_state_message)
+def only_part_of_the_gradscaler_state(s: ResumeSeen) -> bool:
+    return s.scaler != s.saved["scaler"] and s.scaler.get("scale") == s.saved["scaler"]["scale"]
+
+
+def _gradscaler_state_saved_but_not_restored_message(s: ResumeSeen) -> str:
+    return (
+        f"GradScaler state saved but not restored: after load_checkpoint the scale is "
+        f"{s.scaler.get('scale')} (a fresh scaler's initial value) instead of "
+        f"{s.saved['scaler']['scale']}. Call scaler.load_state_dict(...) with the saved state."
+    )
+
+
+@rule("GradScaler state saved but not restored", _gradscaler_state_saved_but_not_restored_message)
+def gradscaler_state_saved_but_not_restored(s: ResumeSeen) -> bool:
+    return s.scaler != s.saved["scaler"] and s.in_file(_has_scaler_state)
+
+
+def _gradscaler_state_not_saved_message(s: ResumeSeen) -> str:
+    return (
+        f"GradScaler state not saved: after load_checkpoint the scale is {s.scaler.get('scale')} "
+        f"(fresh: {s.fresh_scaler.get('scale')}) instead of {s.saved['scaler']['scale']}, and the growth "
+        "tracker restarted. In a float16 run whose scale had settled lower, the restarted scale overflows "
+        "and the next steps are skipped; a higher settled scale is lost the other way. Save "
+        "scaler.state_dict() and load it back."
+    )
+
+
+@rule("GradScaler state not saved", _gradscaler_state_not_saved_message)
+def gradscaler_state_not_saved(s: ResumeSeen) -> bool:
+    return s.scaler != s.saved["scaler"]
+
+
+def _rng_not_restored_message(s: ResumeSeen) -> str:
+    return (
+        f"RNG not restored: after load_checkpoint the state of {'; '.join(s.lost_generators)} differs from "
+        "the state at save time. The resumed run then draws different random numbers (dropout masks, "
+        "shuffling, augmentation) and diverges from the uninterrupted one. Save each generator's state and "
+        "set it back on load."
+    )
+
+
+@rule("RNG not restored", _rng_not_restored_message)
+def rng_not_restored(s: ResumeSeen) -> bool:
+    return bool(s.lost_generators)
+
+
 # After the load, before any further step: what came back. Every rule reads ``ResumeSeen``.
 RESTORE_MISTAKES = (
-    Mistake(
-        "not the pair (step, config)",
-        lambda s: not isinstance(s.result, (tuple, list)) or len(s.result) != 2,
-        lambda s: (
-            f"load_checkpoint returned {_short(s.result)}; it must return the pair (step, config) so the "
-            "loop knows where to continue and with which precision policy."
-        ),
-    ),
-    Mistake(
-        "(config, step) in the wrong order",
-        lambda s: isinstance(s.result[0], dict) and _as_step(s.result[1]) == STEPS_BEFORE,
-        "load_checkpoint returned (config, step): the pair is the other way round. Return "
-        "(step, config), the order the training loop unpacks (`step, config = load_checkpoint(...)`).",
-    ),
-    Mistake(
-        "step counter lost",
-        lambda s: _as_step(s.result[0]) != STEPS_BEFORE,
-        lambda s: (
-            f"Step counter lost: load_checkpoint returned step {_short(s.result[0])}, but the checkpoint was "
-            f"saved after {STEPS_BEFORE} steps. Save `step` in the payload and return it: schedules, logs and "
-            "rollback decisions are indexed by it."
-        ),
-    ),
-    Mistake(
-        "config lost",
-        lambda s: not isinstance(s.result[1], dict) or s.result[1] != s.config,
-        lambda s: (
-            f"The config came back as {_short(s.result[1])} instead of {s.config}. Save the config (dtype, FP32 "
-            "regions, ...) and return it: it is how a resume tells a continuation from a change of precision "
-            "policy."
-        ),
-    ),
-    Mistake(
-        "weights not restored",
-        lambda s: not all(same_state(s.params[k], s.saved["params"][k]) for k in s.saved["params"]),
-        "The model's weights were not restored: after load_checkpoint the fresh model still has its own "
-        "parameters. Save model.state_dict() and call model.load_state_dict(...) on the model you are "
-        "given (do not build a new one).",
-    ),
-    Mistake(
-        "optimizer lost the model's parameters",
-        lambda s: not s.optimizer_has_the_parameters,
-        "After load_checkpoint the optimizer no longer holds the model's parameters: the model's "
-        "parameter tensors were replaced (load_state_dict(..., assign=True), or new nn.Parameters), "
-        "while the optimizer still updates the old ones, so the next step finds no gradients to apply. "
-        "Copy the weights into the existing parameters: model.load_state_dict(state), no assign=True.",
-    ),
-    Mistake(
-        "optimizer state saved but not restored",
-        lambda s: _optimizer_lost(s) and s.in_file(_has_optimizer_state),
-        "Optimizer state not restored: your file contains the optimizer's state_dict, but "
-        "load_checkpoint does not call optimizer.load_state_dict(...)." + ADAM_RESTARTS,
-    ),
-    Mistake(
-        "optimizer state not saved",
-        _optimizer_lost,
-        "Optimizer state not saved: the checkpoint has no optimizer.state_dict()." + ADAM_RESTARTS,
-    ),
-    Mistake(
-        "only part of the GradScaler state",
-        lambda s: s.scaler != s.saved["scaler"] and s.scaler.get("scale") == s.saved["scaler"]["scale"],
-        lambda s: (
-            f"Only part of the GradScaler state came back: the scale ({s.saved['scaler']['scale']}) is "
-            f"right but the growth tracker is {s.scaler.get('_growth_tracker')} instead of "
-            f"{s.saved['scaler']['_growth_tracker']}. Save scaler.state_dict() whole and load it with "
-            "scaler.load_state_dict(...)."
-        ),
-    ),
-    Mistake(
-        "GradScaler state saved but not restored",
-        lambda s: s.scaler != s.saved["scaler"] and s.in_file(_has_scaler_state),
-        lambda s: (
-            f"GradScaler state saved but not restored: after load_checkpoint the scale is "
-            f"{s.scaler.get('scale')} (a fresh scaler's initial value) instead of "
-            f"{s.saved['scaler']['scale']}. Call scaler.load_state_dict(...) with the saved state."
-        ),
-    ),
-    Mistake(
-        "GradScaler state not saved",
-        lambda s: s.scaler != s.saved["scaler"],
-        lambda s: (
-            f"GradScaler state not saved: after load_checkpoint the scale is {s.scaler.get('scale')} "
-            f"(fresh: {s.fresh_scaler.get('scale')}) instead of {s.saved['scaler']['scale']}, and the growth "
-            "tracker restarted. In a float16 run whose scale had settled lower, the restarted scale overflows "
-            "and the next steps are skipped; a higher settled scale is lost the other way. Save "
-            "scaler.state_dict() and load it back."
-        ),
-    ),
-    Mistake(
-        "RNG not restored",
-        lambda s: bool(s.lost_generators),
-        lambda s: (
-            f"RNG not restored: after load_checkpoint the state of {'; '.join(s.lost_generators)} differs from "
-            "the state at save time. The resumed run then draws different random numbers (dropout masks, "
-            "shuffling, augmentation) and diverges from the uninterrupted one. Save each generator's state and "
-            "set it back on load."
-        ),
-    ),
+    not_the_pair_step_config,
+    config_and_step_swapped,
+    step_counter_lost,
+    config_lost,
+    weights_not_restored,
+    optimizer_lost_the_model_parameters,
+    optimizer_state_saved_but_not_restored,
+    optimizer_state_not_saved,
+    only_part_of_the_gradscaler_state,
+    gradscaler_state_saved_but_not_restored,
+    gradscaler_state_not_saved,
+    rng_not_restored,
 )
+
+
+def _the_resumed_run_diverges_message(s: ResumeSeen) -> str:
+    return (
+        f"The resumed run diverges from the uninterrupted one at step {STEPS_BEFORE + s.divergence} (loss "
+        f"{float(s.resumed_losses[s.divergence]):.6g} instead of "
+        f"{float(s.reference_losses[s.divergence]):.6g}), although step, weights, optimizer, scaler and RNG "
+        "looked restored. Does load_checkpoint change anything "
+        "else (e.g. the model's train/eval mode, the learning rate)?"
+    )
+
+
+@rule("the resumed run diverges", _the_resumed_run_diverges_message)
+def the_resumed_run_diverges(s: ResumeSeen) -> bool:
+    return s.divergence is not None
+
+
+def _the_parameters_differ_message(s: ResumeSeen) -> str:
+    return (
+        f"After {STEPS_AFTER} resumed steps the parameters {_different_params(s)} differ from the "
+        "uninterrupted run (the losses matched). Something besides the listed state was not restored."
+    )
+
+
+@rule("the parameters differ", _the_parameters_differ_message)
+def the_parameters_differ(s: ResumeSeen) -> bool:
+    return bool(_different_params(s))
+
+
+@rule(
+    "weights_only=False",
+    "load_checkpoint calls torch.load(..., weights_only=False). That unpickles arbitrary objects: a tampered "
+    "checkpoint can run code when loaded. Keep the payload plain and load it with weights_only=True.",
+)
+def weights_only_false(s: ResumeSeen) -> bool:
+    return any(value is False for value in s.weights_only)
+
+
+@rule(
+    "weights_only not given",
+    "Everything resumed bit for bit, but torch.load is called without weights_only. Its default "
+    "changed in torch 2.6 (False before, True since), so the same code loads differently on "
+    "different installs: pass weights_only=True explicitly.",
+)
+def weights_only_not_given(s: ResumeSeen) -> bool:
+    return "missing" in s.weights_only
+
 
 # After 6 more steps on both runs, and how the learner called torch.load.
 RUN_MISTAKES = (
-    Mistake(
-        "the resumed run diverges",
-        lambda s: s.divergence is not None,
-        lambda s: (
-            f"The resumed run diverges from the uninterrupted one at step {STEPS_BEFORE + s.divergence} (loss "
-            f"{float(s.resumed_losses[s.divergence]):.6g} instead of "
-            f"{float(s.reference_losses[s.divergence]):.6g}), "
-            "although step, weights, optimizer, scaler and RNG looked restored. Does load_checkpoint change "
-            "anything else (e.g. the model's train/eval mode, the learning rate)?"
-        ),
-    ),
-    Mistake(
-        "the parameters differ",
-        lambda s: bool(_different_params(s)),
-        lambda s: (
-            f"After {STEPS_AFTER} resumed steps the parameters {_different_params(s)} differ from the "
-            "uninterrupted run (the losses matched). Something besides the listed state was not restored."
-        ),
-    ),
-    Mistake(
-        "weights_only=False",
-        lambda s: any(value is False for value in s.weights_only),
-        "load_checkpoint calls torch.load(..., weights_only=False). That unpickles arbitrary objects: a "
-        "tampered checkpoint can run code when loaded. Keep the payload plain and load it with "
-        "weights_only=True.",
-    ),
-    Mistake(
-        "weights_only not given",
-        lambda s: "missing" in s.weights_only,
-        "Everything resumed bit for bit, but torch.load is called without weights_only. Its default "
-        "changed in torch 2.6 (False before, True since), so the same code loads differently on "
-        "different installs: pass weights_only=True explicitly.",
-    ),
+    the_resumed_run_diverges,
+    the_parameters_differ,
+    weights_only_false,
+    weights_only_not_given,
 )
 
 

@@ -48,9 +48,6 @@ __all__ = [
     "probe_dtype",
     "probe_run",
     "probe_steps",
-    "read_any_payload",
-    "same_state",
-    "scan_payload",
 ]
 
 
@@ -155,8 +152,7 @@ def _validate_optimizer(payload, optimizer) -> list[str]:
         if foreign:
             problems.append(
                 f"optimizer: group {index} has hyperparameters {foreign} that this "
-                f"{type(optimizer).__name__} does not have: the checkpoint is from a different "
-                "optimizer"
+                f"{type(optimizer).__name__} does not have: the checkpoint is from a different optimizer"
             )
         params.extend(zip(old["params"], new["params"]))
     if problems:
@@ -497,54 +493,3 @@ def probe_steps(model, optimizer, scaler, steps: int) -> list:
             )
         )
     return losses
-
-
-# ------------------------------------------------- reading a learner's file and state (checker 06.2)
-
-
-def scan_payload(payload, predicate) -> bool:
-    """Does any dict/list/tuple inside ``payload`` satisfy ``predicate``? (A learner's file can nest its parts
-    under any keys: the checker asks "is an optimizer state_dict in there at all", not where.)"""
-    stack, seen = [payload], 0
-    while stack and seen < 100000:
-        item = stack.pop()
-        seen += 1
-        try:
-            if predicate(item):
-                return True
-        except Exception:
-            pass
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return False
-
-
-def read_any_payload(path):
-    """The file as torch.load reads it, safely first and then not (only to see what it holds); None when
-    neither works."""
-    for weights_only in (True, False):
-        try:
-            return torch.load(path, map_location="cpu", weights_only=weights_only)
-        except Exception:
-            continue
-    return None
-
-
-def same_state(a, b) -> bool:
-    """Bitwise equality of nested states (tensors by dtype, shape and ``torch.equal``; no tolerance: a resume
-    is a continuation only when nothing changed at all)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and a.shape == b.shape
-            and a.dtype == b.dtype
-            and torch.equal(a.cpu(), b.cpu())
-        )
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
-    return a == b

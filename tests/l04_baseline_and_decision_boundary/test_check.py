@@ -477,6 +477,13 @@ def test_each_judge_rule_recognises_its_case(name):
     assert set(JUDGE_RULE_CASES) == {rule.name for rule in l04.JUDGE_MISTAKES}
 
 
+@pytest.mark.parametrize("table", ["DECIDE_MISTAKES", "CRITERIA_MISTAKES", "JUDGE_MISTAKES"])
+def test_each_rule_table_is_a_list_of_named_rules(table):
+    """Each rule is a module-level name (a test can call it on its own), so the table reads as a list of names."""
+    named = {id(value) for name, value in vars(l04).items() if not name.isupper()}
+    assert all(id(rule) in named for rule in getattr(l04, table))
+
+
 # ------------------------------------------- correct answers written differently, and more natural mistakes
 
 

@@ -577,3 +577,26 @@ def test_each_gpu_texture_rule_recognises_its_case(name):
     assert first_mistake(l05.GPU_MISTAKES, right) is None
     assert l05._observe_on_gpu(texture_raises_on_gpu, model, x, reference) is None  # nothing claimed
     assert set(GPU_RULE_CASES) == {rule.name for rule in l05.GPU_MISTAKES}
+
+
+@pytest.mark.parametrize(
+    "table", ["CALL_MISTAKES", "FINDER_MISTAKES", "PLAIN_MISTAKES", "AUTOCAST_MISTAKES", "GPU_MISTAKES"]
+)
+def test_each_rule_table_is_a_list_of_named_rules(table):
+    """Each rule is a module-level name (a test can call it on its own), so the table reads as a list of names."""
+    named = {id(value) for name, value in vars(l05).items() if not name.isupper()}
+    assert all(id(rule) in named for rule in getattr(l05, table))
+
+
+def test_finder_rules_carry_their_evidence():
+    """05.1's rules list the wrong cases under the message: all of them, the first one, or none."""
+    wrong = [
+        l05.WrongAnswer("case A", "", "fc2", None, None),
+        l05.WrongAnswer("case B", "", "fc1", None, None),
+    ]
+    assert len(l05.returned_the_model_itself.details(wrong)) == 2
+    assert l05.ran_without_autocast.details(wrong) == [
+        "case A: you returned '', the first non-finite module is 'fc2'"
+    ]
+    assert l05.a_name_where_everything_is_finite.details(wrong) == []
+    assert l05.another_module.details(wrong)[1] == "case B: you returned '', expected 'fc1'"

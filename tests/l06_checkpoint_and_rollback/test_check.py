@@ -644,6 +644,43 @@ def test_each_crash_before_move_rule_recognises_its_case(name):
     assert set(CRASH_RULE_CASES) == rule_names(l06.CRASH_BEFORE_MOVE_MISTAKES)
 
 
+@pytest.mark.parametrize(
+    "table",
+    [
+        "SAVE_MISTAKES",
+        "WEIGHTS_ONLY_HINTS",
+        "INTERRUPTED_SAVE_MISTAKES",
+        "CRASH_BEFORE_MOVE_MISTAKES",
+        "RESTORE_MISTAKES",
+        "RUN_MISTAKES",
+    ],
+)
+def test_each_rule_table_is_a_list_of_named_rules(table):
+    """Each rule is a module-level name (a test can call it on its own), so the table reads as a list of names."""
+    named = {id(value) for name, value in vars(l06).items() if not name.isupper()}
+    assert all(id(rule) in named for rule in getattr(l06, table))
+
+
+def test_same_state_is_bitwise_and_scan_payload_looks_everywhere():
+    """06.2 compares states bit for bit (dtype and shape included) and finds a part nested under any key."""
+    a = {"w": torch.ones(2), "steps": [1, (2.0, torch.zeros(1))]}
+    assert l06.same_state(a, copy.deepcopy(a))
+    assert not l06.same_state(a, {"w": torch.ones(2, dtype=torch.float64), "steps": a["steps"]})
+    assert not l06.same_state(a, {"w": torch.ones(2) + 2**-20, "steps": a["steps"]})
+    assert not l06.same_state({"x": 1}, {"x": 1, "y": 2})
+    nested = {"run": [{"parts": ({"param_groups": [], "state": {}},)}]}
+    assert l06.scan_payload(nested, lambda item: isinstance(item, dict) and "param_groups" in item)
+    assert not l06.scan_payload(nested, lambda item: isinstance(item, dict) and "_growth_tracker" in item)
+
+
+def test_read_any_payload_reads_an_unsafe_file_and_gives_none_for_junk(tmp_path):
+    unsafe, junk = tmp_path / "unsafe.pt", tmp_path / "junk.pt"
+    torch.save({"opt": torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)}, unsafe)
+    junk.write_bytes(b"not a checkpoint")
+    assert isinstance(l06.read_any_payload(unsafe)["opt"], torch.optim.SGD)
+    assert l06.read_any_payload(junk) is None
+
+
 def test_each_weights_only_hint_reads_torch_2_14_wording():
     blocked = "unsupported GLOBAL posix.system whose module posix is blocked"
     assert first_mistake(l06.WEIGHTS_ONLY_HINTS, blocked).name == "whole objects"
