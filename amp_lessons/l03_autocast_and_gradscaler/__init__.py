@@ -7,6 +7,7 @@ The lesson's files (notebook ``notebooks/03_autocast_and_gradscaler.ipynb``, exe
 - ``probes.py``: probes that record what a training step does, call by call, so a mistake can be *seen*.
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``scaler_sim.py``: a GradScaler simulator: the loss-scale arithmetic of ``torch.amp.GradScaler`` as a function.
+- ``step_rules.py``: the training-step rules 03.1 and 08.1 share, and the loop that runs a step over its scenarios.
 - ``training.py``: the mixed-precision training step, written once, in the order the lessons teach.
 
 ``__all__`` is what the lesson's notebooks import from here.

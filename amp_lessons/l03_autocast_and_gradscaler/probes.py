@@ -29,6 +29,7 @@ import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -386,6 +387,12 @@ class ProbedRun:
         self.log = self.model.log = self.loss_fn.log = self.optimizer._log = self.scaler._log = Log()
         return self.log
 
+    def step_arguments(self, index: int) -> tuple:
+        """The positional arguments of call ``index``: the run's objects and copies of its batch (the learner
+        may change what it is given)."""
+        inputs, targets = self.batches[index]
+        return self.model, self.optimizer, self.scaler, self.loss_fn, inputs.clone(), targets.clone()
+
 
 # ------------------------------------------------------------ what the checker reads: one call, two ways
 
@@ -460,6 +467,7 @@ class Seen:
     got: CallRecord
     scenario: Scenario
     step_no: int = 0
+    step_name: ClassVar[str] = "train_step"  # the learner's function, as messages name it
 
     @property
     def where(self) -> str:

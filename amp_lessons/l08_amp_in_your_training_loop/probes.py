@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -192,8 +193,8 @@ SCENARIOS = (
         seed=4,
     ),
     Scenario(
-        "a BF16 step of 4 micro-batches with a disabled GradScaler (BF16 needs no loss scaling), "
-        "max_norm=0.05",
+        "a BF16 step of 4 micro-batches with a disabled GradScaler "
+        "(BF16 needs no loss scaling), max_norm=0.05",
         torch.bfloat16,
         0.05,
         1.0,
@@ -255,6 +256,10 @@ class ProbedRun:
         """Copies of call ``index``'s micro-batches (the learner may change what it is given)."""
         return [(x.clone(), y.clone()) for x, y in self.batches[index]]
 
+    def step_arguments(self, index: int) -> tuple:
+        """The positional arguments of call ``index``: the run's objects and copies of its micro-batches."""
+        return self.model, self.optimizer, self.scaler, self.loss_fn, self.micro_batches(index)
+
 
 # ------------------------------------------------------------------------------ what the checker reads
 
@@ -262,6 +267,8 @@ class ProbedRun:
 @dataclass
 class Seen(step_probes.Seen):
     """Lesson 03's facts about one call next to the reference call, and those of a loop of micro-batches."""
+
+    step_name: ClassVar[str] = "accumulate_step"
 
     @property
     def parts(self) -> int:

@@ -12,6 +12,7 @@ from amp_lessons.checks.harness import NOT_DONE, PASSED
 from amp_lessons.checks.mistakes import first_mistake
 from amp_lessons.core.autocast_state import switch_autocast_off
 from amp_lessons.core.environment import one_cpu_thread
+from amp_lessons.l03_autocast_and_gradscaler import step_rules
 from amp_lessons.l03_autocast_and_gradscaler.check import check_scheduler_step, check_train_step
 from amp_lessons.l03_autocast_and_gradscaler.training import train_step as reference_train_step
 
@@ -1064,7 +1065,7 @@ RULE_CASES = {  # rule name: a step whose first mistake that rule names
 def first_named(step):
     """The first call of ``step`` that the rule tables name, and the rule that names it."""
     try:
-        for seen in l03.observations(step):
+        for seen in step_rules.observations(l03.TRAIN_STEP, step):
             rule = first_mistake(l03.TRAIN_STEP_RULES, seen)
             if rule is not None:
                 return seen, rule
@@ -1250,3 +1251,16 @@ def test_review_scheduler_variants_pass(variant):
 def test_review_scheduler_mistakes_are_named(wrong, named):
     result = check_scheduler_step(wrong)
     assert result.status == "failed" and named in result.message, result.message
+
+
+def test_the_shared_rules_are_worded_and_recognised_as_shared():
+    """Every step rule 03.1 shares with 08.1 is in the table with the shared recogniser, in this exercise's words."""
+    table = {rule.name: rule for rule in l03.TRAIN_STEP_RULES}
+    for shared in step_rules.SHARED_RULES:
+        assert table[shared.name].recognise is shared.recognise, shared.name
+    assert all(rule.message is not step_rules.own_words for rule in l03.TRAIN_STEP_RULES)
+
+
+def test_an_unworded_shared_rule_is_a_checker_bug():
+    with pytest.raises(TypeError, match="worded"):
+        step_rules.no_update.text(None)

@@ -11,6 +11,7 @@ from amp_lessons.checks.harness import NOT_DONE, PASSED
 from amp_lessons.checks.mistakes import first_mistake
 from amp_lessons.core.autocast_state import switch_autocast_off
 from amp_lessons.core.environment import one_cpu_thread
+from amp_lessons.l03_autocast_and_gradscaler import step_rules
 from amp_lessons.l08_amp_in_your_training_loop import check as l08
 from amp_lessons.l08_amp_in_your_training_loop.check import check_accumulate_step
 from amp_lessons.l08_amp_in_your_training_loop.probes import SCENARIOS
@@ -742,11 +743,10 @@ def test_accumulate_bf16_scenarios_use_a_disabled_scaler():
 
 def _first_rule(step):
     try:
-        for seen in l08.observations(step):
-            for rules in (l08.SETUP_RULES, l08.LOOP_RULES, l08.STEP_RULES):
-                rule = first_mistake(rules, seen)
-                if rule is not None:
-                    return seen, rule
+        for seen in step_rules.observations(l08.ACCUMULATE_STEP, step):
+            rule = first_mistake(l08.ACCUMULATE_STEP_RULES, seen)
+            if rule is not None:
+                return seen, rule
     finally:
         switch_autocast_off()
     raise AssertionError(f"no rule names a mistake in {step}")
@@ -832,3 +832,12 @@ def test_accumulate_update_inside_the_loop_is_named():
     result = check_accumulate_step(update_inside_the_loop)
     assert not result.passed and result.status == "failed"
     assert "scaler.update() ran inside the micro-batch loop" in result.message, result.message
+
+
+def test_the_shared_rules_are_worded_and_recognised_as_shared():
+    """Every step rule 08.1 shares with 03.1 is in the table with the shared recogniser, in this exercise's words."""
+    table = {rule.name: rule for rule in l08.ACCUMULATE_STEP_RULES}
+    for shared in step_rules.SHARED_RULES:
+        assert table[shared.name].recognise is shared.recognise, shared.name
+    assert all(rule.message is not step_rules.own_words for rule in l08.ACCUMULATE_STEP_RULES)
+    assert len(table) == len(l08.ACCUMULATE_STEP_RULES)  # one rule per name
