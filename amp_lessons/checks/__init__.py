@@ -27,6 +27,7 @@ CHECKS = {
     "check_save_checkpoint": "amp_lessons.l06_checkpoint_and_rollback.check",
     "check_resume": "amp_lessons.l06_checkpoint_and_rollback.check",
     "check_time_step": "amp_lessons.l07_measuring_gains.check",
+    "check_saved_activation_bytes": "amp_lessons.l07_measuring_gains.check",
     "check_accumulate_step": "amp_lessons.l08_amp_in_your_training_loop.check",
     "check_synced_train_step": "amp_lessons.l09_amp_across_processes.check",
 }

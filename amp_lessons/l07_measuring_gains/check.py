@@ -1,6 +1,7 @@
-"""Lesson 07 checker: a timing function that warms up, synchronises and times only the step.
+"""Lesson 07 checkers: a timing function that warms up, synchronises and times only the step (07.1), and the
+bytes autograd saves for backward in one forward pass (07.2).
 
-The learner writes ``time_step(step_fn, *, warmup, repeats, sync, clock) -> list[float]``: seconds per
+07.1: the learner writes ``time_step(step_fn, *, warmup, repeats, sync, clock) -> list[float]``: seconds per
 timed call, one entry per repeat. The checker hands it an *instrumented, simulated GPU* so that every
 mistake is observable on any machine, deterministically:
 
@@ -17,15 +18,23 @@ the events tell *which* rule was broken. The rules are tables of small named ``M
 ``TimingRun``, first match wins: ``RESULT_MISTAKES`` (what came back), ``USAGE_MISTAKES`` (how the tools were
 used, what ran inside the timed regions), then — when the times are not right — ``VALUE_MISTAKES`` (what
 the numbers are instead: milliseconds, a running total, ...).
+
+07.2: the learner writes ``saved_activation_bytes(model, loss_fn, inputs, targets, *, dtype) -> int`` with
+``torch.autograd.graph.saved_tensors_hooks``. The checker builds three small CPU models itself, measures each in
+FP32 and in every dtype CPU autocast supports here, and computes what each known mistake would return
+(``SavedFigures``); the tables ``SAVED_RESULT_MISTAKES``, ``SAVED_USAGE_MISTAKES`` (hooks left installed, the
+model changed) and ``SAVED_VALUE_MISTAKES`` name the first one that fits a ``SavedBytesRun``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import math
 import numbers
 import statistics
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +43,7 @@ from torch.overrides import TorchFunctionMode
 
 from amp_lessons.checks.harness import call_learner, checker, passed, stop
 from amp_lessons.checks.mistakes import first_mistake, rule
+from amp_lessons.core.environment import dtype_name
 
 LAUNCH_S = 2e-5  # host time to queue one step on the fake device
 SYNC_S = 1e-6  # host time of one sync() call
@@ -623,4 +633,426 @@ def check_time_step(time_step):
         "Warm-up untimed, sync() before each clock reading that ends a call, one time per call in seconds, "
         f"and nothing else inside the timed region — right on all {len(SCENARIOS)} "
         "simulated-device scenarios."
+    )
+
+
+# ------------------------------------------------------------------------ 07.2 saved_activation_bytes
+#
+# The contract: the total of the ``bytes`` column of ``memory.saved_tensor_report`` (a test keeps them equal).
+# Every tensor the pack hook receives counts, parameters included (an FP32 Linear saves its weight itself,
+# autocast saves its low-precision copy), each once: two saves are the same tensor when their (data_ptr,
+# dtype, shape, stride) are equal. None of the checker's models saves a reshaped view of a tensor it also
+# saves, so keying by ``data_ptr()`` or by the untyped storage gives the same number there. A one-element
+# tensor or a float is refused (the contract is an int, `int(...)` is one call away); a NumPy integer is not.
+
+
+@dataclass(frozen=True)
+class SavedFigures:
+    """What one forward pass + loss saved (the right answer) and what each known mistake would return."""
+
+    expected: int  # bytes, each saved tensor once
+    numel: int  # elements instead of bytes, each saved tensor once
+    numel_every_save: int
+    every_save: int  # bytes, a tensor saved twice counted twice
+    without_parameters: int  # bytes, tensors sharing a parameter's memory left out
+    parameters: int  # bytes of all the model's parameters (FP32)
+    parameters_in_dtype: int  # the same, as if stored in the autocast dtype
+    outputs: tuple  # bytes of the model's output, of the loss, of both
+
+
+@dataclass(frozen=True)
+class MemoryProbe:
+    """One model the checker builds, with its batch and loss; ``build()`` makes a fresh, seeded copy."""
+
+    name: str
+    build: object  # () -> (model, loss_fn, inputs, targets)
+
+
+def _mlp():
+    model = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.ReLU(), torch.nn.Linear(20, 6))
+    return model, torch.nn.CrossEntropyLoss(), torch.randn(7, 12), torch.randint(0, 6, (7,))
+
+
+def _timing_mlp():
+    from amp_lessons.core.models import TimingMLP
+
+    return TimingMLP(16, 24, 5), torch.nn.CrossEntropyLoss(), torch.randn(9, 16), torch.randint(0, 5, (9,))
+
+
+def _regressor_in_eval_mode():
+    layers = (torch.nn.Linear(10, 8), torch.nn.Tanh(), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
+    model = torch.nn.Sequential(*layers).eval()  # Dropout is the identity in eval mode: it saves nothing
+    return model, torch.nn.MSELoss(), torch.randn(11, 10), torch.randn(11, 1)
+
+
+MEMORY_PROBES = (
+    MemoryProbe("Linear-ReLU-Linear with cross-entropy", _mlp),
+    MemoryProbe("the lesson's TimingMLP (LayerNorm, GELU)", _timing_mlp),
+    MemoryProbe("a Linear-Tanh-Dropout-Linear regressor in eval mode, MSE loss", _regressor_in_eval_mode),
+)
+
+
+def _build(probe: MemoryProbe):
+    """A fresh copy of the probe's model and batch, the same every time; the learner's RNG is left alone."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return probe.build()
+
+
+@functools.cache
+def cpu_autocast_dtypes() -> tuple:
+    """The low-precision dtypes CPU autocast really runs a matmul in, on this torch (float16 needs 2.4+)."""
+    found = []
+    for dtype in (torch.bfloat16, torch.float16):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                with torch.autocast(device_type="cpu", dtype=dtype):
+                    if (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == dtype:
+                        found.append(dtype)
+            except RuntimeError:
+                pass
+    return tuple(found)
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def saved_figures(model, loss_fn, inputs, targets, *, dtype) -> SavedFigures:
+    """The reference: one forward pass + loss under the saved-tensor hooks, and every mistake's figure."""
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast(
+            device_type=inputs.device.type, dtype=dtype or torch.bfloat16, enabled=bool(dtype)
+        ):
+            output = model(inputs)
+            loss = loss_fn(output, targets)
+    distinct = list({(t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride())): t for t in saved}.values())
+    parameters = list(model.parameters())
+    parameter_ptrs = {p.data_ptr() for p in parameters}
+    itemsize = torch.empty((), dtype=dtype).element_size() if dtype else 4
+    return SavedFigures(
+        expected=sum(map(_tensor_bytes, distinct)),
+        numel=sum(t.numel() for t in distinct),
+        numel_every_save=sum(t.numel() for t in saved),
+        every_save=sum(map(_tensor_bytes, saved)),
+        without_parameters=sum(_tensor_bytes(t) for t in distinct if t.data_ptr() not in parameter_ptrs),
+        parameters=sum(map(_tensor_bytes, parameters)),
+        parameters_in_dtype=sum(p.numel() for p in parameters) * itemsize,
+        outputs=(_tensor_bytes(output), _tensor_bytes(loss), _tensor_bytes(output) + _tensor_bytes(loss)),
+    )
+
+
+def _hooks_active() -> bool:
+    """Whether saved-tensor default hooks are installed now: a saved tensor then refuses hooks of its own."""
+    with torch.enable_grad():  # a learner may have switched gradients off and left them off
+        probe = torch.ones(1, requires_grad=True).exp()
+    try:
+        probe.grad_fn._raw_saved_result.register_hooks(lambda t: t, lambda t: t)
+    except RuntimeError:
+        return True
+    return False
+
+
+def _remove_leftover_hooks() -> None:
+    """Pop saved-tensor hooks left installed, so a leaky pack hook stops recording the kernel's tensors."""
+    pop = getattr(torch._C._autograd, "_pop_saved_tensors_default_hooks", None)
+    for _ in range(100):
+        if pop is None or not _hooks_active():
+            return
+        pop()
+
+
+def _model_state(model):
+    return [m.training for m in model.modules()], any(p.grad is not None for p in model.parameters())
+
+
+@dataclass
+class SavedBytesRun:
+    """One call of the learner's function as the rules see it: the case, what came back, what it changed."""
+
+    probe: str
+    dtype: object
+    result: object
+    figures: SavedFigures
+    fp32: int  # the right answer without autocast, for the same model
+    autocast_default: int  # the right answer under autocast's default CPU dtype (bfloat16)
+    hooks_left: bool
+    modes_changed: bool
+    gradients: bool
+
+    @property
+    def where(self) -> str:
+        precision = "None (FP32)" if self.dtype is None else f"torch.{dtype_name(self.dtype)}"
+        return f"(model: {self.probe}; dtype={precision})"
+
+    @property
+    def value(self) -> int:
+        return int(self.result)
+
+
+def _tensor_result_message(run: SavedBytesRun) -> str:
+    return (
+        f"You returned a tensor ({str(run.result)[:60]}); return a plain Python int of bytes: sum "
+        "`t.numel() * t.element_size()` (already an int) or wrap the total in `int(...)`. " + run.where
+    )
+
+
+@rule("a tensor", _tensor_result_message)
+def returned_a_tensor_of_bytes(run: SavedBytesRun) -> bool:
+    return isinstance(run.result, torch.Tensor)
+
+
+def _float_result_message(run: SavedBytesRun) -> str:
+    kib = " It is the answer in KiB: return bytes." if run.result == run.figures.expected / 1024 else ""
+    return (
+        f"You returned a float ({run.result!r}); bytes are a whole number: return an int (sum "
+        f"`t.numel() * t.element_size()`, do not divide).{kib} {run.where}"
+    )
+
+
+@rule("a float", _float_result_message)
+def returned_a_float(run: SavedBytesRun) -> bool:
+    return isinstance(run.result, numbers.Real) and not isinstance(run.result, numbers.Integral)
+
+
+def _not_an_int_message(run: SavedBytesRun) -> str:
+    if run.result is None:
+        return "saved_activation_bytes returned None: did you forget `return total`? " + run.where
+    shown = repr(run.result) if len(repr(run.result)) < 60 else repr(run.result)[:57] + "..."
+    return f"You returned a {type(run.result).__name__} ({shown}); return an int: the bytes. {run.where}"
+
+
+@rule("not an int", _not_an_int_message)
+def returned_not_an_int(run: SavedBytesRun) -> bool:
+    return isinstance(run.result, bool) or not isinstance(run.result, numbers.Integral)
+
+
+# What came back (checked first: the rules below read it as an int).
+SAVED_RESULT_MISTAKES = (returned_a_tensor_of_bytes, returned_a_float, returned_not_an_int)
+
+
+@rule(
+    "hooks left installed",
+    "Your saved-tensor hooks are still installed after saved_activation_bytes returned: every later forward "
+    "pass in this kernel goes through your pack hook, which keeps each tensor it records alive. Install them "
+    "with `with torch.autograd.graph.saved_tensors_hooks(pack, unpack):` so they are removed on the way out "
+    "(the check removed them for you).",
+)
+def left_hooks_installed(run: SavedBytesRun) -> bool:
+    return run.hooks_left
+
+
+@rule(
+    "called backward",
+    "After your function the model's parameters have gradients: you ran backward. Measure the forward pass "
+    "and the loss only: autograd has saved everything before backward starts, and the caller's model must "
+    "come back as it was (no .grad filled in, no optimizer step).",
+)
+def ran_backward(run: SavedBytesRun) -> bool:
+    return run.gradients
+
+
+@rule(
+    "train/eval mode changed",
+    "You switched the model between train() and eval(): the caller's model must come back in the mode it "
+    "came in, and the mode changes what is saved (dropout saves its mask in train mode only; batch norm "
+    "switches statistics). Measure the model as it is given.",
+)
+def changed_train_or_eval_mode(run: SavedBytesRun) -> bool:
+    return run.modes_changed
+
+
+# What the learner's code did to the kernel and the model (whatever it returned).
+SAVED_USAGE_MISTAKES = (left_hooks_installed, ran_backward, changed_train_or_eval_mode)
+
+
+@rule(
+    "0 bytes",
+    "You returned 0: autograd saved nothing, so the forward pass ran without gradients — under "
+    "`torch.no_grad()` or `torch.inference_mode()`? Tensors are saved for backward only when grad mode is on: "
+    "run the forward and the loss with gradients enabled (and do not call backward).",
+)
+def measured_under_no_grad(run: SavedBytesRun) -> bool:
+    return run.value == 0
+
+
+def _autocast_for_fp32_message(run: SavedBytesRun) -> str:
+    return (
+        f"With dtype=None you returned {run.value:,} bytes, what autocast's default bfloat16 saves; "
+        f"FP32 saves {run.figures.expected:,}. dtype=None means no autocast at all: run the plain forward "
+        "(`torch.autocast(..., dtype=None)` is not FP32, it is autocast in its default dtype)."
+    )
+
+
+@rule("autocast for dtype=None", _autocast_for_fp32_message)
+def used_autocast_for_none(run: SavedBytesRun) -> bool:
+    return run.dtype is None and run.value == run.autocast_default
+
+
+def _no_autocast_message(run: SavedBytesRun) -> str:
+    return (
+        f"For dtype=torch.{dtype_name(run.dtype)} you returned {run.value:,} bytes, the FP32 figure: the "
+        f"forward did not run under autocast (it saves {run.figures.expected:,}). Run `model(inputs)` and the "
+        "loss inside `with torch.autocast(device_type=inputs.device.type, dtype=dtype):` — an autocast for "
+        "another device type (e.g. 'cuda') does nothing to CPU tensors. " + run.where
+    )
+
+
+@rule("no autocast", _no_autocast_message)
+def ignored_autocast(run: SavedBytesRun) -> bool:
+    return run.dtype is not None and run.value == run.fp32
+
+
+def _numel_message(run: SavedBytesRun) -> str:
+    return (
+        f"You returned {run.value:,}, the number of ELEMENTS of the saved tensors; the question is bytes "
+        f"({run.figures.expected:,}): count `t.numel() * t.element_size()` per tensor, so a bfloat16 element "
+        "counts 2 bytes and a float32 one 4. " + run.where
+    )
+
+
+@rule("elements, not bytes", _numel_message)
+def counted_elements(run: SavedBytesRun) -> bool:
+    return run.value in (run.figures.numel, run.figures.numel_every_save)
+
+
+def _parameters_message(run: SavedBytesRun) -> str:
+    return (
+        f"You returned {run.value:,}, the bytes of ALL the model's parameters; the question is what autograd "
+        f"saves for backward ({run.figures.expected:,} bytes): the tensors your pack hook receives during the "
+        "forward pass and the loss — activations, and the weights (or autocast's copies of them) only where "
+        "an op saved them. " + run.where
+    )
+
+
+@rule("the parameters", _parameters_message)
+def counted_the_parameters(run: SavedBytesRun) -> bool:
+    return run.value in (run.figures.parameters, run.figures.parameters_in_dtype)
+
+
+def _every_save_message(run: SavedBytesRun) -> str:
+    return (
+        f"You returned {run.value:,}: every save counted, but autograd saves some tensors twice (a ReLU's "
+        "output is also the next Linear's input; log-softmax's output is saved by the loss too), and a "
+        f"tensor saved twice is in memory once: {run.figures.expected:,} bytes. Count each tensor once, e.g. "
+        "keyed by `(t.data_ptr(), t.dtype, t.shape, t.stride())` as the lesson's saved_tensor_report does. "
+        + run.where
+    )
+
+
+@rule("every save counted", _every_save_message)
+def counted_every_save(run: SavedBytesRun) -> bool:
+    return run.value == run.figures.every_save
+
+
+def _without_parameters_message(run: SavedBytesRun) -> str:
+    return (
+        f"You returned {run.value:,}: you left out the saved tensors that are parameters (or views of them). "
+        "They are saved tensors too — an FP32 Linear saves its weight for backward, autocast saves its "
+        f"low-precision copy — and this exercise counts every tensor autograd saves ({run.figures.expected:,} "
+        "bytes, the total of saved_tensor_report's bytes column). " + run.where
+    )
+
+
+@rule("parameters left out", _without_parameters_message)
+def left_out_the_parameters(run: SavedBytesRun) -> bool:
+    return run.value == run.figures.without_parameters
+
+
+def _outputs_message(run: SavedBytesRun) -> str:
+    return (
+        f"You returned {run.value:,}, the bytes of what the forward pass returns (the output, the loss); "
+        f"autograd saves much more for backward ({run.figures.expected:,} bytes): the inputs of each layer, "
+        "activations, weights. Record every tensor the pack hook of "
+        "`torch.autograd.graph.saved_tensors_hooks(pack, unpack)` receives. " + run.where
+    )
+
+
+@rule("the outputs only", _outputs_message)
+def counted_the_outputs(run: SavedBytesRun) -> bool:
+    return run.value in run.figures.outputs
+
+
+def _wrong_bytes_message(run: SavedBytesRun) -> str:
+    return (
+        f"You returned {run.value:,} bytes; the tensors autograd saves in that forward pass and loss take "
+        f"{run.figures.expected:,}. Record each tensor your pack hook receives once (keyed by "
+        "`(t.data_ptr(), t.dtype, t.shape, t.stride())`), add `t.numel() * t.element_size()`, and run "
+        "`loss_fn(model(inputs), targets)` once, under autocast unless dtype is None. " + run.where
+    )
+
+
+@rule("a number that matches nothing known", _wrong_bytes_message)
+def returned_wrong_bytes(run: SavedBytesRun) -> bool:
+    return True
+
+
+# What the number is instead, when it is not the bytes autograd saved (most specific first).
+SAVED_VALUE_MISTAKES = (
+    measured_under_no_grad,
+    used_autocast_for_none,
+    ignored_autocast,
+    counted_elements,
+    counted_the_parameters,
+    counted_every_save,
+    left_out_the_parameters,
+    counted_the_outputs,
+    returned_wrong_bytes,
+)
+
+
+def saved_bytes_cases():
+    """``[(probe, dtype, figures, fp32 bytes, bytes under autocast's default dtype)]``, in the checked order."""
+    cases = []
+    for probe in MEMORY_PROBES:
+        dtypes = (None, *cpu_autocast_dtypes())
+        figures = {dtype: saved_figures(*_build(probe), dtype=dtype) for dtype in {*dtypes, torch.bfloat16}}
+        fp32, default = figures[None].expected, figures[torch.bfloat16].expected
+        cases += [(probe, dtype, figures[dtype], fp32, default) for dtype in dtypes]
+    return cases
+
+
+def _call_saved_bytes(saved_activation_bytes, probe: MemoryProbe, dtype):
+    model, loss_fn, inputs, targets = _build(probe)
+    before = _model_state(model)
+    result = call_learner(
+        saved_activation_bytes, model, loss_fn, inputs, targets, dtype=dtype, what="`saved_activation_bytes`"
+    )
+    hooks_left = _hooks_active()
+    _remove_leftover_hooks()
+    modes, gradients = _model_state(model)
+    return result, hooks_left, modes != before[0], gradients
+
+
+def judge_saved_bytes(run: SavedBytesRun):
+    """None when right, else the message of the first rule that names the mistake (table by table)."""
+    mistake = first_mistake(SAVED_RESULT_MISTAKES + SAVED_USAGE_MISTAKES, run)
+    if mistake is None and run.value == run.figures.expected:
+        return None
+    return (mistake or first_mistake(SAVED_VALUE_MISTAKES, run)).text(run)
+
+
+@checker("07.2 saved_activation_bytes")
+def check_saved_activation_bytes(saved_activation_bytes):
+    """``saved_activation_bytes(model, loss_fn, inputs, targets, *, dtype)``: bytes saved for backward."""
+    _remove_leftover_hooks()  # left by an earlier run of a leaky answer: this check's calls must show it
+    cases = saved_bytes_cases()
+    for probe, dtype, figures, fp32, default in cases:
+        result, *changes = _call_saved_bytes(saved_activation_bytes, probe, dtype)
+        problem = judge_saved_bytes(
+            SavedBytesRun(probe.name, dtype, result, figures, fp32, default, *changes)
+        )
+        if problem:
+            stop(problem)
+    precisions = ", ".join(["FP32", *(dtype_name(d) + " autocast" for d in cpu_autocast_dtypes())])
+    return passed(
+        f"Each saved tensor counted once, in bytes, in {precisions}; hooks removed on the way out and the "
+        f"model left as it came — right on all {len(cases)} cases ({len(MEMORY_PROBES)} models)."
     )

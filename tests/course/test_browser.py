@@ -46,7 +46,7 @@ import pytest
 from amp_lessons.tools.exercises.builder import cell_source
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 SCREENSHOTS = ROOT / "screenshots"
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 BROKEN_FIXTURE = "browser_widget_problems.ipynb"
