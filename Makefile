@@ -66,8 +66,11 @@ format: $(TEST_STAMP)
 exercises-check: $(TEST_STAMP)
 	$(PY) -m amp_lessons build-exercises --check
 
+# The unit run measures line and branch coverage of amp_lessons (not of the kernels the notebook tests start);
+# `.venv/bin/python -m coverage report` afterwards lists every module, `coverage html` writes htmlcov/.
 unit: $(TEST_STAMP)
-	$(TEST_ENV) $(PY) -m pytest -n 2 tests
+	$(TEST_ENV) $(PY) -m pytest -n 2 --cov=amp_lessons --cov-report= tests
+	@$(PY) -m coverage report | tail -n 1 | sed 's/^TOTAL/coverage of amp_lessons (statements, missed, branches, partial, covered):/'
 
 # Lessons and solutions must pass every check; generated exercises must still say "not done yet".
 notebooks: $(TEST_STAMP)
@@ -85,6 +88,31 @@ lesson: $(TEST_STAMP)
 	$(TEST_ENV) $(PY) -m pytest -q -n 2 tests/l$(L)_*
 	$(TEST_ENV) AMP_LESSONS_STRICT=1 $(PY) -m pytest -q $(NBVAL) $(wildcard notebooks/$(L)_*.ipynb solutions/$(L)_*.ipynb)
 	$(if $(wildcard exercises/$(L)_*.ipynb),$(TEST_ENV) AMP_LESSONS_STRICT=not-done $(PY) -m pytest -q $(NBVAL) $(wildcard exercises/$(L)_*.ipynb))
+
+# The promised minimums (README: Python 3.9+, torch 2.4+): a second venv, $(VENV_MIN), with requirements-min.txt
+# (torch 2.4.1 and the oldest numpy/pandas/matplotlib requirements.txt allows), then the unit tests (not the
+# browser test, which `make test` runs) and every notebook on it. PYTHON_MIN is its interpreter (CI: 3.9).
+# The first run downloads about 3.5 GB (PyPI's torch 2.4.1 for Linux is a CUDA build with its nvidia libraries).
+PYTHON_MIN ?= $(PYTHON)
+VENV_MIN   ?= .venv-min
+PY_MIN     := $(VENV_MIN)/bin/python
+MIN_STAMP  := $(VENV_MIN)/.stamp-min
+
+$(PY_MIN):
+	$(PYTHON_MIN) -m venv $(VENV_MIN)
+	$(PY_MIN) -m pip install --quiet --upgrade pip
+
+$(MIN_STAMP): requirements-min.txt requirements.txt pyproject.toml | $(PY_MIN)
+	$(PY_MIN) -m pip install --quiet -r requirements-min.txt
+	$(PY_MIN) -m pip install --quiet --no-deps -e .
+	touch $@
+
+.PHONY: test-min
+test-min: $(MIN_STAMP)
+	$(TEST_ENV) $(PY_MIN) -m pytest -n 2 tests --ignore=tests/course/test_browser.py
+	$(TEST_ENV) AMP_LESSONS_STRICT=1 $(PY_MIN) -m pytest $(NBVAL) notebooks solutions
+	$(TEST_ENV) AMP_LESSONS_STRICT=not-done $(PY_MIN) -m pytest $(NBVAL) exercises
+	@$(PY_MIN) -c 'import sys, torch; print("make test-min: all passed on Python", sys.version.split()[0], "with torch", torch.__version__)'
 
 # On a CUDA machine: the suite and every lesson with AMP_LESSONS_REQUIRE_CUDA=1, GPU figures kept in
 # docs/gpu_report.json and the instructor guide's GPU table regenerated. Refuses (exit 2) without CUDA.

@@ -37,6 +37,7 @@ import errno
 import hashlib
 import io
 import os
+import pathlib
 import random
 import re
 import sys
@@ -509,6 +510,26 @@ def _listening(listener):
 
 
 @contextlib.contextmanager
+def _pathlib_through_os():
+    """Python 3.9 and 3.10: make Path.replace/Path.rename call whatever os.replace/os.rename are now.
+
+    Their pathlib keeps the os functions it saw at import (``pathlib._NormalAccessor``), so a patched
+    ``os.replace`` never hears of ``Path.replace``; from Python 3.11 pathlib calls ``os.replace`` itself.
+    """
+    accessor = getattr(pathlib, "_NormalAccessor", None)
+    if accessor is None:
+        yield
+        return
+    saved = accessor.replace, accessor.rename
+    accessor.replace = staticmethod(lambda src, dst, *args, **kwargs: os.replace(src, dst, *args, **kwargs))
+    accessor.rename = staticmethod(lambda src, dst, *args, **kwargs: os.rename(src, dst, *args, **kwargs))
+    try:
+        yield
+    finally:
+        accessor.replace, accessor.rename = saved
+
+
+@contextlib.contextmanager
 def recorded_file_calls():
     """Inside this block every torch.save target, rename (os.replace, os.rename, pathlib, shutil.move), remove
     (os.remove, os.unlink) and torch.load call is recorded.
@@ -548,7 +569,7 @@ def recorded_file_calls():
     torch.load = torch.serialization.load = load
     os.replace, os.rename = named("os.replace", real[4]), named("os.rename", real[5])
     try:
-        with _listening(listen):
+        with _listening(listen), _pathlib_through_os():
             yield calls
     finally:
         (
