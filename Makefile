@@ -27,7 +27,39 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# torch: on Linux, PyPI's torch is the CUDA build (0.55 GB) and pip adds 2.2 GB of nvidia-* wheels, GPU or not.
+# So on Linux without an NVIDIA driver (no nvidia-smi, no /proc/driver/nvidia) set-up first installs the CPU build
+# from the PyTorch CPU wheel index, TORCH_CPU_INDEX (a 1.4 GB venv instead of 5.8 GB). Where that index cannot be
+# reached, it says so in one line and pip installs PyPI's torch as it would without this step. TORCH_BUILD=cpu or
+# TORCH_BUILD=cuda forces either (cpu: install from the index or fail); a venv that has torch already keeps it.
+TORCH_BUILD     ?= auto
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+NVIDIA_FOUND := $(shell { command -v nvidia-smi || ls -d /proc/driver/nvidia; } >/dev/null 2>&1 && echo yes)
+ifeq ($(TORCH_BUILD),auto)
+TORCH_CPU := $(if $(NVIDIA_FOUND),,$(if $(filter Linux,$(shell uname -s 2>/dev/null)),auto,))
+else ifeq ($(TORCH_BUILD),cpu)
+TORCH_CPU := forced
+else ifeq ($(TORCH_BUILD),cuda)
+TORCH_CPU :=
+else
+$(error TORCH_BUILD must be auto, cpu or cuda, not '$(TORCH_BUILD)')
+endif
+HAS_TORCH := $(PY) -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'
+CPU_INDEX_REACHABLE := $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10)' '$(TORCH_CPU_INDEX)' >/dev/null 2>&1
+
+define install_cpu_torch
+	@if $(HAS_TORCH); then \
+	  echo "torch: $(VENV) already has one, kept (make clean-venv to start over)"; \
+	elif [ "$(TORCH_CPU)" = forced ] || $(CPU_INDEX_REACHABLE); then \
+	  echo "torch: the CPU build from $(TORCH_CPU_INDEX) (TORCH_BUILD=$(TORCH_BUILD); TORCH_BUILD=cuda for PyPI's CUDA build)"; \
+	  $(PY) -m pip install --quiet --index-url '$(TORCH_CPU_INDEX)' 'torch>=2.4'; \
+	else \
+	  echo "torch: $(TORCH_CPU_INDEX) cannot be reached; PyPI's torch instead (on Linux its CUDA build, about 5 GB)"; \
+	fi
+endef
+
 $(LAB_STAMP): requirements.txt pyproject.toml | $(PY)
+	$(if $(TORCH_CPU),$(install_cpu_torch))
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
@@ -47,12 +79,25 @@ setup-test: $(TEST_STAMP)
 # Jupyter refuses to run as root unless told; containers and some lab machines are root.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
+# The server's root is the course folder, so its file browser has exercises/, solutions/ and docs/; the browser
+# opens lesson 00 (default_url). A notebook named on the command line would instead make the notebook's folder
+# the root (notebooks/ only). LAB_ARGS adds options, e.g. LAB_ARGS=--no-browser or LAB_ARGS=--ServerApp.port=8890;
+# tests/course/test_make_lab.py starts exactly `make -s print-lab-command` and asks the server for the folders.
+START_NOTEBOOK := notebooks/00_start_here.ipynb
+LAB_ARGS ?=
+LAB_COMMAND = $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir='$(CURDIR)' \
+              --LabApp.default_url=/lab/tree/$(START_NOTEBOOK) $(ALLOW_ROOT) $(LAB_ARGS)
+
 lab: $(LAB_STAMP)
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $(ALLOW_ROOT) notebooks/00_start_here.ipynb
+	$(LAB_COMMAND)
 
 # nbgrader starts helper programs (alembic) by name, so the venv's bin/ goes first on PATH.
 instructor: $(INSTRUCTOR_STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $(ALLOW_ROOT)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(LAB_COMMAND)
+
+.PHONY: print-lab-command
+print-lab-command:
+	@echo "$(LAB_COMMAND)"
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

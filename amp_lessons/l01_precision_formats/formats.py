@@ -529,10 +529,58 @@ def explorer_html(x) -> str:
     return f"{head}<table><tr>{header}</tr>{''.join(rows)}</table>"
 
 
+SLIDER_RANGE = (-150.0, 130.0)
+SLIDER_STEP = 0.25
+
+
+def slider_position(
+    typed, step: float = SLIDER_STEP, low: float = SLIDER_RANGE[0], high: float = SLIDER_RANGE[1]
+):
+    """Where the explorer's ``log2 |x|`` slider goes for a typed number: ``log2|x|`` on the slider's grid.
+
+    Rounded to a multiple of ``step`` and clamped to ``[low, high]``, so the slider never has to snap (a slider
+    that snaps reports its new position back, and that echo used to overwrite the typed number: 65519 became
+    2**16 = 65536). None for zero, infinities, NaN and text that is not a number: the slider stays where it is.
+    """
+    try:
+        value = abs(parse_number(typed))
+    except (TypeError, ValueError):
+        return None
+    if not (math.isfinite(value) and value > 0):
+        return None
+    return min(max(round(math.log2(value) / step) * step, low), high)
+
+
+def typed_after_slide(
+    position: float,
+    typed,
+    step: float = SLIDER_STEP,
+    low: float = SLIDER_RANGE[0],
+    high: float = SLIDER_RANGE[1],
+):
+    """The text box's new contents when the slider reports ``position``; None keeps what the learner typed.
+
+    A position that is the typed number's own place on the slider (:func:`slider_position`, within half a step)
+    is the slider following the box, not the learner moving it: the typed text stays. Any other position is a
+    move: the box gets ``2**position`` with the sign that was typed.
+    """
+    own = slider_position(typed, step, low, high)
+    if own is not None and abs(own - position) < step / 2:
+        return None
+    try:
+        negative = math.copysign(1.0, parse_number(typed)) < 0
+    except (TypeError, ValueError):
+        negative = False
+    magnitude = 2.0**position
+    return repr(-magnitude if negative else magnitude)
+
+
 def format_explorer(x: float | str = 0.1):
     """A widget: type a number or drag log2|x|, see its bits, stored value and error in all three formats.
 
-    The picture is :func:`explorer_html`; typing in the box or moving the slider redraws it.
+    The picture is :func:`explorer_html` of the text in the box; the slider follows the box
+    (:func:`slider_position`) and moving it writes a new number into the box (:func:`typed_after_slide`), but
+    never over a typed number whose place it is only showing.
     """
     import ipywidgets as widgets
 
@@ -544,49 +592,29 @@ def format_explorer(x: float | str = 0.1):
     )
     slider = widgets.FloatSlider(
         value=0.0,
-        min=-150.0,
-        max=130.0,
-        step=0.25,
+        min=SLIDER_RANGE[0],
+        max=SLIDER_RANGE[1],
+        step=SLIDER_STEP,
         description="log2 |x|",
         continuous_update=True,
         readout_format=".2f",
         layout=widgets.Layout(width="600px"),
     )
     out = widgets.HTML(value=explorer_html(text.value))
-    state = {"from_slider": False}
 
     def follow_text(typed):
-        """Move the slider to log2|typed| (for a finite non-zero number) without re-typing the text."""
-        try:
-            value = abs(parse_number(typed))
-        except (TypeError, ValueError):
-            return
-        if math.isfinite(value) and value > 0:
-            state["from_slider"] = True
-            try:
-                slider.value = min(max(math.log2(value), slider.min), slider.max)
-            finally:
-                state["from_slider"] = False
+        position = slider_position(typed, slider.step, slider.min, slider.max)
+        if position is not None:
+            slider.value = position  # on_slider sees its own place and keeps the text
 
     def on_text(change):
         out.value = explorer_html(change["new"])
-        if not state["from_slider"]:
-            follow_text(change["new"])
+        follow_text(change["new"])
 
     def on_slider(change):
-        if state["from_slider"]:
-            return
-        try:
-            negative = parse_number(text.value) < 0
-        except (TypeError, ValueError):
-            negative = False
-        magnitude = 2.0 ** change["new"]
-        state["from_slider"] = True
-        try:
-            text.value = repr(-magnitude if negative else magnitude)
-        finally:
-            state["from_slider"] = False
-        out.value = explorer_html(text.value)
+        typed = typed_after_slide(change["new"], text.value, slider.step, slider.min, slider.max)
+        if typed is not None:
+            text.value = typed  # on_text redraws the picture
 
     text.observe(on_text, names="value")
     slider.observe(on_slider, names="value")

@@ -234,7 +234,9 @@ def scaler_widget(iterations: int = 300):
 
     style = {"description_width": "150px"}
     layout = widgets.Layout(width="460px")
-    look = {"style": style, "layout": layout}
+    # continuous_update off: a slider that updates while it moves also snaps a value typed into its readout to
+    # its step and sends that back over the typed one (2.03 became 2.05); and each redraw simulates every iteration.
+    look = {"style": style, "layout": layout, "continuous_update": False}
     init_exp = widgets.IntSlider(value=16, min=0, max=32, description="init_scale = 2^", **look)
     growth = widgets.FloatSlider(value=2.0, min=1.05, max=4.0, step=0.05, description="growth_factor", **look)
     backoff = widgets.FloatSlider(
@@ -248,9 +250,7 @@ def scaler_widget(iterations: int = 300):
         style=style,
         layout=layout,
     )
-    value = widgets.FloatSlider(
-        value=-3.0, min=-20, max=20, step=1, description="log2|g|max / N / k", style=style, layout=layout
-    )
+    value = widgets.FloatSlider(value=-3.0, min=-20, max=20, step=1, description="log2|g|max / N / k", **look)
 
     def draw(init_exp, growth, backoff, interval, kind, value):
         run = simulate_scaler(

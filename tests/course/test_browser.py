@@ -12,7 +12,15 @@ runs it with the *Run > Run All Cells* menu, waits for the kernel, and asserts:
 - figures are there: a lesson that uses matplotlib shows at least one ``<img>``, every image output is
   drawn, and no figure came out as the bare text ``<Figure size ...>``;
 - in each widget that has a slider, moving the slider (keyboard arrows on its handle) changes what the
-  widget shows besides the slider's own readout, without a traceback.
+  widget shows besides the slider's own readout, without a traceback;
+- every text box of every widget (text inputs and the sliders' editable readouts) keeps what is typed into it
+  (after Enter, read back from the page) and the output it drives changes to match (``TYPED``: the value per box,
+  and for some what the output must then say, e.g. lesson 01's explorer shows float16 storing 65504 for 65519).
+
+``test_exercise_from_the_file_browser`` is a learner's way to an exercise: the server's root is a copy of the
+course folder, the test double-clicks ``exercises/`` and an exercise in JupyterLab's file browser, runs the check
+untouched ("Not done yet"), types a wrong answer into the solution cell (the check names the mistake), then a
+correct one ("Passed"), each read from the page.
 
 A screenshot per notebook goes to ``screenshots/`` (git-ignored). ``test_checker_reports_broken_widgets``
 proves the checks can fail: it runs ``tests/fixtures/browser_widget_problems.ipynb``, which plants a widget
@@ -50,6 +58,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 SCREENSHOTS = ROOT / "screenshots"
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 BROKEN_FIXTURE = "browser_widget_problems.ipynb"
+COURSE_FOLDERS = ("notebooks", "exercises", "solutions", "docs")
 
 RUN_TIMEOUT = float(os.environ.get("AMP_LESSONS_BROWSER_TIMEOUT", "150"))
 SLIDER_TIMEOUT = 20.0
@@ -100,10 +109,15 @@ def free_port() -> int:
 
 
 class LabServer:
-    """A private ``jupyter lab`` on 127.0.0.1 serving a temporary copy of the notebooks."""
+    """A private ``jupyter lab`` on 127.0.0.1 serving a temporary copy of the course folder.
 
-    def __init__(self, base: Path):
+    ``strict`` is the kernels' ``AMP_LESSONS_STRICT`` ("1": a lesson's own failing check is an error, as in
+    ``make notebooks``); None for a learner's server, where an exercise's check may say "not done yet".
+    """
+
+    def __init__(self, base: Path, strict: str | None = "1"):
         self.base = base
+        self.strict = strict
         self.root = base / "root"
         self.token = secrets.token_hex(24)
         self.port = free_port()
@@ -120,9 +134,10 @@ class LabServer:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values), encoding="utf-8")
         # learners' copies: the repository's clean notebooks are never opened, so never saved with outputs
-        shutil.copytree(
-            ROOT / "notebooks", self.root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints")
-        )
+        for folder in COURSE_FOLDERS:
+            shutil.copytree(
+                ROOT / folder, self.root / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints")
+            )
         (self.root / "fixtures").mkdir()
         shutil.copy(FIXTURES / BROKEN_FIXTURE, self.root / "fixtures" / BROKEN_FIXTURE)
 
@@ -137,9 +152,11 @@ class LabServer:
             JUPYTERLAB_SETTINGS_DIR=str(self.base / "settings"),
             JUPYTERLAB_WORKSPACES_DIR=str(self.base / "workspaces"),
             AMP_LESSONS_PROGRESS_FILE=str(self.progress_file),
-            AMP_LESSONS_STRICT="1",  # like `make notebooks`: a lesson's own check that fails is an error
             PYTHONDONTWRITEBYTECODE="1",
         )
+        env.pop("AMP_LESSONS_STRICT", None)
+        if self.strict:
+            env["AMP_LESSONS_STRICT"] = self.strict
         return env
 
     def start(self, timeout: float = 90.0) -> None:
@@ -277,6 +294,7 @@ class NotebookReport:
     widgets: int = 0
     images: int = 0
     sliders_moved: int = 0
+    boxes_typed: int = 0
     console_errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     screenshot: str = ""
@@ -285,7 +303,7 @@ class NotebookReport:
         lines = [
             f"{self.name}: {len(self.problems)} problem(s) in {self.seconds:.1f} s "
             f"(Run All {self.run_seconds:.1f} s; {self.widgets} widget(s), {self.images} image(s), "
-            f"{self.sliders_moved} slider(s) moved); screenshot {self.screenshot or '-'}"
+            f"{self.sliders_moved} slider(s) moved, {self.boxes_typed} box(es) typed into); screenshot {self.screenshot or '-'}"
         ]
         lines += [f"  - {p}" for p in self.problems]
         lines += [f"  {n}" for n in self.notes]
@@ -455,6 +473,90 @@ def check_sliders(page, model: dict, report: NotebookReport, timeout: float = SL
             )
 
 
+# What to type into each widget text box (by its label), what the box must show afterwards, and a pattern the
+# output it drives must then match (None: it must change). Sliders' readouts are boxes too. Off-step values test
+# that a box keeps what was typed: a slider that updates while it moves snaps a typed readout value to its step.
+TYPED = {
+    "x =": ("65519", "65519", r"float16[\d\s]*65504\.0"),  # lesson 01: what float16 stores for 65519
+    "log2 |x|": ("3", "3.00", r"x = 8\.0\b"),
+    "log2(scale)": ("10", "10", r"2\^10\b"),
+    "init_scale = 2^": ("12", "12", None),
+    "growth_factor": ("3.03", "3.03", None),  # with init 2^12, enough growth to overflow: backoff matters
+    "backoff_factor": ("0.33", "0.33", None),
+    "growth_interval": ("37", "37", None),
+    "log2|g|max / N / k": ("-7", "-7.00", None),
+    "tolerance": ("3e-3", "3.0e-3", r"margin < 2 x 0\.003\b"),
+}
+JS_BOXES = """(out) => [...out.querySelectorAll(
+    '.widget-text input, .widget-textarea textarea, .widget-readout[contenteditable="true"]')]
+  .map(box => {
+    const widget = box.closest('.widget-inline-hbox, .jupyter-widgets');
+    const label = widget ? widget.querySelector('.widget-label') : null;
+    return label ? label.textContent.trim() : '';
+  })"""
+JS_BOX_VALUE = (
+    """(box) => box.tagName === 'INPUT' || box.tagName === 'TEXTAREA' ? box.value : box.textContent.trim()"""
+)
+
+
+def type_into_box(
+    page, output, index: int, label: str, report: NotebookReport, where: str, timeout: float
+) -> None:
+    typed, shown, pattern = TYPED[label]
+    box = output.locator(
+        '.widget-text input, .widget-textarea textarea, .widget-readout[contenteditable="true"]'
+    ).nth(index)
+    wait_until_settled(page)
+    before_view = output.evaluate(JS_VIEW)
+    box.scroll_into_view_if_needed()
+    box.fill(typed)
+    box.press("Enter")
+    deadline, previous, view = time.monotonic() + timeout, None, before_view
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        view = output.evaluate(JS_VIEW)
+        if view != before_view and view == previous and page.evaluate(JS_KERNEL_IDLE):
+            break
+        previous = view
+    value = box.evaluate(JS_BOX_VALUE).replace("\u2212", "-")  # readouts write minus as U+2212
+    text = output.inner_text()
+    report.boxes_typed += 1
+    if value != shown:
+        report.problems.append(f"{where}: typed {typed!r} into {label!r}, and the box now shows {value!r}")
+    if view == before_view:
+        report.problems.append(f"{where}: typing {typed!r} into {label!r} changed nothing else in the widget")
+    elif pattern and not re.search(pattern, text):
+        report.problems.append(
+            f"{where}: after typing {typed!r} into {label!r} the output does not match {pattern!r}: "
+            f"{' '.join(text.split())[:400]}"
+        )
+
+
+def check_text_boxes(page, model: dict, report: NotebookReport, timeout: float = SLIDER_TIMEOUT) -> None:
+    """Type into every text box of every widget (``TYPED``); read back the box and the output it drives."""
+    outputs = page.locator(
+        ".jp-Notebook .jp-Cell .jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output"
+    )
+    for index in range(outputs.count()):
+        output = outputs.nth(index)
+        labels = output.evaluate(JS_BOXES)
+        if not labels:
+            continue
+        number = output.evaluate(
+            "(o) => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]"
+            ".indexOf(o.closest('.jp-Cell')) + 1"
+        )
+        cell = model["cells"][number - 1] if 0 < number <= len(model.get("cells", [])) else {}
+        where = f"cell {number} (`{first_line(cell)}`)"
+        for box_index, label in enumerate(labels):
+            if label not in TYPED:
+                report.problems.append(
+                    f"{where}: a text box {label!r} this test has no value for (add it to TYPED)"
+                )
+                continue
+            type_into_box(page, output, box_index, label, report, where, timeout)
+
+
 def wait_for_kernel(page, lab: LabServer, path: str, timeout: float = 120.0) -> None:
     """Until the server says this notebook's kernel is idle and the page's indicator agrees."""
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator", timeout=timeout * 1000)
@@ -498,7 +600,12 @@ def diagnostics(page, lab: LabServer, path: str) -> list:
 
 
 def check_notebook_in_lab(
-    browser, lab: LabServer, path: str, screenshot: Path | None = None, slider_timeout: float = SLIDER_TIMEOUT
+    browser,
+    lab: LabServer,
+    path: str,
+    screenshot: Path | None = None,
+    slider_timeout: float = SLIDER_TIMEOUT,
+    type_into_boxes: bool = True,
 ) -> NotebookReport:
     """Open ``path`` (relative to the server root) in a fresh workspace, Run All, and report what a learner
     would see."""
@@ -539,6 +646,8 @@ def check_notebook_in_lab(
             report.notes += diagnostics(page, lab, path)
         check_widgets_and_figures(model, page.evaluate(JS_OUTPUTS), report)
         check_sliders(page, model, report, slider_timeout)
+        if type_into_boxes:
+            check_text_boxes(page, model, report)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             # room for the notebook
@@ -621,6 +730,7 @@ def test_checker_reports_broken_widgets(browser, lab):
         f"fixtures/{BROKEN_FIXTURE}",
         SCREENSHOTS / "fixture_widget_problems.png",
         slider_timeout=8,
+        type_into_boxes=False,
     )
     print(report)
     text = "\n".join(report.problems)
@@ -631,3 +741,215 @@ def test_checker_reports_broken_widgets(browser, lab):
     assert not re.search(r"cell 2\b", text), f"the working slider was reported:\n{text}"
     assert report.sliders_moved == 1 and report.images >= 2, report
     assert len(report.problems) == 4, text
+
+
+# ------------------------------------------------------------------------------------------ a learner's exercise
+
+EXERCISE = "exercises/03_autocast_and_gradscaler.ipynb"
+ANSWER_START = "def step_scheduler_if_updated("
+CHECK_CALL = "check_scheduler_step(step_scheduler_if_updated)"
+WRONG_ANSWER = """def step_scheduler_if_updated(scaler, scheduler, scale_before):
+    scheduler.step()
+    return True
+"""
+RIGHT_ANSWER = """def step_scheduler_if_updated(scaler, scheduler, scale_before):
+    stepped = scaler.get_scale() >= scale_before
+    if stepped:
+        scheduler.step()
+    return stepped
+"""
+# what the page must say after each attempt at the check
+FEEDBACK = (
+    ("untouched", r"Not done yet.*still raises NotImplementedError"),
+    ("wrong", r"Not yet right.*skipped the update.*but you stepped the scheduler"),
+    ("right", r"Passed.*stepped the scheduler exactly \d+ times"),
+)
+
+
+@pytest.fixture(scope="module")
+def learner_lab(browser):
+    """A server as `make lab` gives a learner: the course folder as root, no AMP_LESSONS_STRICT."""
+    base = Path(tempfile.mkdtemp(prefix="amp_lessons_learner_"))
+    server = LabServer(base, strict=None)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def open_from_file_browser(page, path: str) -> None:
+    """Double-click each part of ``path`` in JupyterLab's file browser, from the root."""
+    page.locator(".jp-FileBrowser .jp-BreadCrumbs-home").first.click()
+    for part in path.split("/"):
+        item = page.locator(".jp-FileBrowser .jp-DirListing-item").filter(
+            has=page.locator(".jp-DirListing-itemText", has_text=re.compile(f"^{re.escape(part)}$"))
+        )
+        item.first.wait_for(timeout=30_000)
+        item.first.dblclick()
+
+
+def run_cell(page, cell) -> None:
+    """Click into the cell and press Shift+Enter, as a learner runs it; wait for the kernel."""
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    time.sleep(0.5)
+    page.wait_for_function(JS_KERNEL_IDLE, timeout=120_000, polling=250)
+    time.sleep(0.3)
+
+
+def replace_cell_text(page, cell, text: str) -> None:
+    """Select everything in the cell's editor and put ``text`` in its place (inserted, not auto-indented)."""
+    cell.locator(".jp-InputArea-editor .cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(text)
+
+
+def test_exercise_from_the_file_browser(browser, learner_lab):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(30_000)
+    seen = []
+    try:
+        page.goto(f"{learner_lab.url}/lab/workspaces/w{secrets.token_hex(4)}?reset&token={learner_lab.token}")
+        page.wait_for_selector(".jp-FileBrowser .jp-DirListing-item", timeout=60_000)
+        open_from_file_browser(page, EXERCISE)
+        wait_for_kernel(page, learner_lab, EXERCISE)
+        model = page.evaluate(JS_MODEL, EXERCISE)
+        assert model, f"{EXERCISE} did not open from the file browser"
+        sources = [cell_source(c) for c in model["cells"]]
+        answer = next(i for i, s in enumerate(sources) if s.startswith(ANSWER_START))
+        check = next(i for i, s in enumerate(sources) if CHECK_CALL in s)
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        for attempt, pattern in FEEDBACK:
+            if attempt != "untouched":
+                replace_cell_text(
+                    page, cells.nth(answer), WRONG_ANSWER if attempt == "wrong" else RIGHT_ANSWER
+                )
+            run_cell(page, cells.nth(answer))
+            run_cell(page, cells.nth(check))
+            deadline, text = time.monotonic() + 60, ""
+            while time.monotonic() < deadline:
+                text = " ".join(cells.nth(check).locator(".jp-OutputArea-output").all_inner_texts())
+                if re.search(pattern, text, re.S):
+                    break
+                time.sleep(0.5)
+            seen.append(f"{attempt}: {' '.join(text.split())[:300]}")
+            assert re.search(pattern, text, re.S), (
+                f"after the {attempt} answer the check said:\n" + "\n".join(seen)
+            )
+        print("\n".join(seen))
+        SCREENSHOTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "exercise_from_file_browser.png"))
+    finally:
+        learner_lab.shutdown_kernels(EXERCISE)
+        page.close()
+
+
+# ---- first-hour tests (h8) below ----
+
+# A learner's first hour, the help before the verdict: in an exercise the Hint button gives hints one at a
+# time; in a lesson the quiz lets a wrong first pick be retried (with why that option is wrong) and shows the
+# answer after the second or on request; the lesson's closing progress widget shows the checks and hints just
+# recorded. Every reading comes from the page.
+
+HINT_EXERCISE = "exercises/01_precision_formats.ipynb"
+HINT_FOR = 'hint_button("01.1")'
+HINT_CHECK = "check_stored_value(stored_value)"
+QUIZ_LESSON = "notebooks/01_precision_formats.ipynb"
+
+
+def open_notebook(browser, lab: LabServer, path: str):
+    """A fresh page with ``path`` open and its kernel idle; returns ``(page, cells, sources)``."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(30_000)
+    page.goto(f"{lab.url}/lab/workspaces/w{secrets.token_hex(4)}/tree/{path}?reset&token={lab.token}")
+    wait_for_kernel(page, lab, path)
+    model = page.evaluate(JS_MODEL, path)
+    assert model, f"{path} did not open"
+    return page, page.locator(".jp-Notebook .jp-Cell"), [cell_source(c) for c in model["cells"]]
+
+
+def output_text(cell) -> str:
+    return " ".join(" ".join(cell.locator(".jp-OutputArea-output").all_inner_texts()).split())
+
+
+def wait_for_text(cell, pattern: str, seen: list, what: str, timeout: float = 30.0) -> str:
+    deadline, text = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        text = output_text(cell)
+        if re.search(pattern, text, re.S):
+            seen.append(f"{what}: {text[:300]}")
+            return text
+        time.sleep(0.3)
+    seen.append(f"{what} (NOT FOUND {pattern!r}): {text[:300]}")
+    raise AssertionError("\n".join(seen))
+
+
+def ask_for_hints(browser, lab: LabServer, seen: list) -> None:
+    page, cells, sources = open_notebook(browser, lab, HINT_EXERCISE)
+    try:
+        hint = next(i for i, s in enumerate(sources) if HINT_FOR in s)
+        check = next(i for i, s in enumerate(sources) if HINT_CHECK in s)
+        assert check == hint + 1, "the hint cell sits right above the check"
+        run_cell(page, cells.nth(hint))
+        button = cells.nth(hint).locator("button", has_text="Hint")
+        button.first.wait_for(timeout=30_000)
+        wait_for_text(cells.nth(hint), r"^\s*$|Hint \(3 left\)", seen, "hint cell before a press")
+        button.first.click()
+        text = wait_for_text(cells.nth(hint), r"Hint 1 of 3 \(the idea\)", seen, "first press")
+        assert "Hint 2 of 3" not in text, "one press, one hint"
+        button.first.click()
+        wait_for_text(
+            cells.nth(hint), r"Hint 1 of 3.*Hint 2 of 3 \(where in the code\)", seen, "second press"
+        )
+        run_cell(page, cells.nth(hint - 1))  # the untouched answer cell: the stub is defined
+        run_cell(page, cells.nth(check))
+        wait_for_text(cells.nth(check), r"Not done yet", seen, "the check, untouched")
+    finally:
+        lab.shutdown_kernels(HINT_EXERCISE)
+        page.close()
+
+
+def retry_the_quiz_and_read_progress(browser, lab: LabServer, seen: list) -> None:
+    page, cells, sources = open_notebook(browser, lab, QUIZ_LESSON)
+    try:
+        quiz = next(i for i, s in enumerate(sources) if 'lesson_quiz("01")' in s)
+        progress = next(i for i, s in enumerate(sources) if 'show_progress("01")' in s)
+        run_cell(page, cells.nth(quiz))
+        out = cells.nth(quiz)
+        first_question = out.locator(".widget-radio-box").first
+        first_question.wait_for(timeout=30_000)
+        first_question.locator("label", has_text=re.compile(r"^\s*inf\s*$")).click()
+        out.locator("button", has_text="Check").first.click()
+        text = wait_for_text(
+            out, r"Not quite: “inf” is not right\. Overflow starts", seen, "first wrong pick"
+        )
+        assert "The answer is" not in text, "the answer must not show after one wrong pick"
+        first_question.locator("label", has_text=re.compile(r"^\s*65520\s*$")).click()
+        out.locator("button", has_text="Check").first.click()
+        wait_for_text(out, r"The answer is “65504”", seen, "second wrong pick")
+        out.locator("button", has_text="Show answer").nth(1).click()
+        wait_for_text(out, r"The answer is “number of exponent bits", seen, "Show answer on question 2")
+        run_cell(page, cells.nth(progress))
+        pattern = r"0 of 2 exercises passed, 1 attempted, 1 not started; 2 hints used"
+        wait_for_text(cells.nth(progress), pattern, seen, "the lesson's progress widget")
+        cells.nth(progress).locator("button", has_text="Refresh").first.click()
+        wait_for_text(cells.nth(progress), pattern, seen, "after Refresh")
+        SCREENSHOTS.mkdir(exist_ok=True)
+        cells.nth(quiz).scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / "quiz_retry_and_progress.png"))
+    finally:
+        lab.shutdown_kernels(QUIZ_LESSON)
+        page.close()
+
+
+def test_hint_quiz_retry_and_progress_in_the_browser(browser, learner_lab):
+    learner_lab.progress_file.unlink(missing_ok=True)  # this test's record starts empty
+    seen = []
+    ask_for_hints(browser, learner_lab, seen)
+    retry_the_quiz_and_read_progress(browser, learner_lab, seen)
+    recorded = json.loads(learner_lab.progress_file.read_text(encoding="utf-8"))["exercises"]
+    assert recorded["01.1 stored_value"]["hints"] == 2 and recorded["01.1 stored_value"]["attempts"] == 1
+    print("\n".join(seen))

@@ -374,3 +374,38 @@ def test_explorer_widget_redraws_on_typing_and_sliding():
     assert formats.parse_number(box.text.value) == -8.0  # the slider keeps the sign you typed
     box.text.value = "banana"
     assert "not a number" in box.output.value
+
+
+def test_slider_position_is_on_the_grid_and_clamped():
+    assert formats.slider_position("65519") == 16.0  # log2 65519 = 15.99996, on the 0.25 grid
+    assert formats.slider_position("-0.1") == pytest.approx(-3.25)
+    assert formats.slider_position("2**-24") == -24.0
+    assert formats.slider_position("1e-60") == formats.SLIDER_RANGE[0]
+    assert formats.slider_position("1e300") == formats.SLIDER_RANGE[1]
+    for nowhere in ("0", "-0.0", "inf", "-inf", "nan", "banana", ""):
+        assert formats.slider_position(nowhere) is None, nowhere
+
+
+def test_typed_after_slide_keeps_the_typed_number_at_its_own_place():
+    # the slider following the box (or snapping to its step and reporting back) is not a move
+    for echo in (16.0, 15.99996, 15.9, 16.1):
+        assert formats.typed_after_slide(echo, "65519") is None, echo
+    assert formats.typed_after_slide(-150.0, "1e-60") is None  # clamped: still the typed number's place
+    # a real move writes 2**position, with the sign that was typed
+    assert formats.typed_after_slide(16.25, "65519") == repr(2.0**16.25)
+    assert formats.typed_after_slide(3.0, "-1e-3") == "-8.0"
+    assert formats.typed_after_slide(-24.0, "0") == repr(2.0**-24)
+    assert formats.typed_after_slide(1.0, "-0.0") == "-2.0"
+    assert formats.typed_after_slide(2.0, "banana") == "4.0"
+
+
+def test_explorer_keeps_what_was_typed_when_the_slider_echoes():
+    box = formats.format_explorer(0.1)
+    box.text.value = "65519"
+    assert box.slider.value == 16.0  # already on the step: a front end has nothing to snap
+    box.slider.value = 15.99996  # what a front end that snapped differently would report back
+    assert box.text.value == "65519"
+    float16_row = box.output.value.split("<b>float16</b>")[1].split("</tr>")[0]
+    assert "<code>65504.0</code>" in float16_row  # what float16 stores for 65519, as the lesson's quiz says
+    box.slider.value = 16.25  # a real move
+    assert box.text.value == repr(2.0**16.25) and "inf" in box.output.value

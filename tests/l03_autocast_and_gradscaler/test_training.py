@@ -294,3 +294,24 @@ def test_widget_builds_without_a_browser():
         ui = scaler_sim.scaler_widget(iterations=30)
     assert ui.children
     plt.close("all")
+
+
+def test_widget_sliders_keep_a_typed_value():
+    """Sliders that update while they move snap a number typed into their readout and send it back."""
+    import ipywidgets as widgets
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ui = scaler_sim.scaler_widget(iterations=30)
+    sliders = []
+    pending = list(ui.children)
+    while pending:
+        child = pending.pop()
+        pending += list(getattr(child, "children", ()))
+        if isinstance(child, (widgets.IntSlider, widgets.FloatSlider)):
+            sliders.append(child)
+    assert len(sliders) == 5
+    assert all(not s.continuous_update for s in sliders), [
+        s.description for s in sliders if s.continuous_update
+    ]
+    plt.close("all")
