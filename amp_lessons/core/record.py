@@ -4,7 +4,10 @@ The record is a human-readable JSON file that counts attempts per exercise::
 
     {"version": 1, "exercises": {"01.1 stored_value": {"attempts": 3, "passed": true, "first_passed": "...",
                                                       "last_attempt": "...", "last_status": "passed",
-                                                      "last_message": "..."}}}
+                                                      "last_message": "...", "hints": 2}}}
+
+``hints`` is how far up the exercise's hint ladder the learner went (``amp_lessons.core.hints``, 0 to 3); an
+exercise with hints but no check yet has ``"attempts": 0``.
 
 Every check adds an attempt. Three things keep that from losing anything:
 
@@ -19,7 +22,10 @@ Every check adds an attempt. Three things keep that from losing anything:
   ``<name>.corrupt-<time>`` and a fresh record starts. A broken progress file must never break a lesson.
 
 Where it lives: ``AMP_LESSONS_PROGRESS_FILE`` if set (``off`` disables recording), else
-``~/.amp_lessons/progress.json``.
+``<course folder>/.amp_lessons/progress.json`` (the clone the package was installed from, or the course folder
+above the kernel's working folder), so two clones on one machine keep two records; the folder ignores itself
+in git (it holds a ``.gitignore`` of ``*``). Only without any course folder (a plain ``pip install``, run
+outside a clone) is it ``~/.amp_lessons/progress.json``.
 
 The grader's channel is here too (:func:`report_to_grader`): ``python -m amp_lessons grade`` names a file in
 ``AMP_LESSONS_RESULTS_FILE`` and reads each check's verdict from it, never from printed text or this record.
@@ -34,21 +40,61 @@ import sys
 import time
 from pathlib import Path
 
-from amp_lessons.core.files import atomic_write
+from amp_lessons.core.files import atomic_write, repo_root
 
 VERSION = 1
 RESULTS_FILE_VARIABLE = "AMP_LESSONS_RESULTS_FILE"
 LOCK_TIMEOUT = 30.0  # seconds; a check that cannot get the lock reports "progress not saved" and carries on
 TEXT_FIELDS = ("last_status", "last_message", "last_attempt", "first_passed")
+RECORD_FOLDER = ".amp_lessons"
+PROGRESS_FILE_VARIABLE = "AMP_LESSONS_PROGRESS_FILE"
+
+
+def is_course_folder(folder: Path) -> bool:
+    """A clone of the course: it has the lessons and the package side by side."""
+    return (folder / "notebooks" / "00_start_here.ipynb").is_file() and (folder / "amp_lessons").is_dir()
+
+
+def course_folder(start: Path | None = None) -> Path | None:
+    """The course folder whose record this kernel writes, or None outside any clone.
+
+    First the clone the package itself lives in (``pip install -e .``); else the nearest course folder at or
+    above ``start`` (default: the working folder, which is the notebook's folder in Jupyter).
+    """
+    package_clone = repo_root()
+    if is_course_folder(package_clone):
+        return package_clone
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if is_course_folder(folder):
+            return folder
+    return None
+
+
+def default_progress_path(start: Path | None = None) -> Path:
+    """``<course folder>/.amp_lessons/progress.json``, or ``~/.amp_lessons/progress.json`` outside a clone."""
+    folder = course_folder(start)
+    return (folder if folder is not None else Path.home()) / RECORD_FOLDER / "progress.json"
 
 
 def progress_path() -> Path | None:
-    configured = os.environ.get("AMP_LESSONS_PROGRESS_FILE")
+    configured = os.environ.get(PROGRESS_FILE_VARIABLE)
     if configured is not None:
         if configured.strip().lower() in ("", "off", "none", "0"):
             return None
         return Path(configured).expanduser()
-    return Path.home() / ".amp_lessons" / "progress.json"
+    return default_progress_path()
+
+
+def _make_folder(path: Path) -> None:
+    """Create the record's folder; a new ``.amp_lessons`` folder gets a ``.gitignore`` so git never lists it."""
+    folder = path.parent
+    if folder.is_dir():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    if folder.name == RECORD_FOLDER:
+        with contextlib.suppress(OSError):
+            (folder / ".gitignore").write_text("# the learner's own progress record: never committed\n*\n")
 
 
 def _empty() -> dict:
@@ -60,7 +106,7 @@ def locked(path: Path):
     """Hold ``<path>.lock`` (an OS file lock, released if the process dies) for one read-modify-write."""
     from filelock import FileLock  # installed with torch; imported here so `doctor` runs where it is missing
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(path)
     with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT):
         yield
 
@@ -97,6 +143,8 @@ def repair_entry(entry) -> tuple[dict | None, str]:
         return None, f"'attempts' is {entry.get('attempts')!r}, not a count"
     repaired = dict(entry)
     repaired["attempts"] = attempts
+    if "hints" in entry:  # a convenience count: one that is not a count is dropped, never the entry with it
+        repaired["hints"] = min(_whole_number(entry["hints"]) or 0, 99)
     repaired["passed"] = entry.get("passed", False)
     for name in TEXT_FIELDS:
         value = repaired.get(name)
@@ -174,7 +222,7 @@ def save(data: dict, path: Path | None = None) -> None:
     path = path or progress_path()
     if path is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(path)
     text = json.dumps(data, indent=1, sort_keys=True)
     atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
 
@@ -197,6 +245,18 @@ def record(
         if passed:
             entry["passed"] = True
             entry["first_passed"] = entry.get("first_passed") or now
+        save(data, path)
+
+
+def record_hint(exercise: str, level: int, path: Path | None = None, *, warn=None) -> None:
+    """Note that the learner has seen hint ``level`` of ``exercise`` (the record keeps the highest level)."""
+    path = path or progress_path()
+    if path is None or not exercise:
+        return
+    with locked(path):
+        data = _read(path, warn)
+        entry = data["exercises"].setdefault(exercise, {"attempts": 0, "passed": False, "first_passed": None})
+        entry["hints"] = max(int(entry.get("hints", 0) or 0), int(level))
         save(data, path)
 
 

@@ -4,6 +4,7 @@ The lesson's files (notebook ``notebooks/01_precision_formats.ipynb``, exercise 
 
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``formats.py``: FP32, FP16 and BF16 down to the bits: what a number becomes when it is stored in each format.
+- ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 
 ``__all__`` is what the lesson's notebooks import from here.

@@ -5,6 +5,7 @@ The lesson's files (notebook ``notebooks/03_autocast_and_gradscaler.ipynb``, exe
 - ``autocast_policy.py``: autocast is a per-op *policy*, not a conversion: measured here, next to the documented lists.
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``probes.py``: probes that record what a training step does, call by call, so a mistake can be *seen*.
+- ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``scaler_sim.py``: a GradScaler simulator: the loss-scale arithmetic of ``torch.amp.GradScaler`` as a function.
 - ``step_rules.py``: the training-step rules 03.1 and 08.1 share, and the loop that runs a step over its scenarios.

@@ -4,6 +4,7 @@ The lesson's files (notebook ``notebooks/04_baseline_and_decision_boundary.ipynb
 
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``criteria.py``: acceptance criteria for an AMP trial, written down before the trial and fingerprinted.
+- ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``risk.py``: which samples are close enough to a flip to be *at risk*, as a table, a plot and a slider.
 - ``validation.py``: judge an AMP trial against a fixed FP32 reference: criteria first, then scores, then decisions.

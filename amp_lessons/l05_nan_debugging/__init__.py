@@ -6,6 +6,7 @@ The lesson's files (notebook ``notebooks/05_nan_debugging.ipynb``, exercise ``so
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``debugging.py``: find the *first* place a training step stops being finite.
 - ``nonfinite_report.py``: what ``find_first_nonfinite`` saw — one ``Probe`` per tensor, read by a ``NonFiniteReport``.
+- ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``skipped_updates.py``: read skipped updates from GradScaler's scale history — how often, and the trend.
 

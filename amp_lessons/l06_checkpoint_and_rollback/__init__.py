@@ -4,6 +4,7 @@ The lesson's files (notebook ``notebooks/06_checkpoint_and_rollback.ipynb``, exe
 
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``checkpoint.py``: checkpoints that a mixed-precision run can resume from bit for bit (and roll back to).
+- ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``resume.py``: put a checkpoint back into a live run, safely, and prove the resume is bit for bit.
 - ``rollback.py``: decide when a run must roll back to its last good checkpoint, and keep the case that caused it.

@@ -5,6 +5,7 @@ The lesson's files (notebook ``notebooks/07_measuring_gains.ipynb``, exercise ``
 - ``benchmark.py``: measure time and memory of training-step variants honestly.
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``memory.py``: the memory of a training step, measured by kind — what AMP shrinks and what it does not.
+- ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 
 ``__all__`` is what the lesson's notebooks import from here.

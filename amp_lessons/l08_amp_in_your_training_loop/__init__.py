@@ -5,6 +5,7 @@ The lesson's files (notebook ``notebooks/08_amp_in_your_training_loop.ipynb``, e
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``loop_numerics.py``: the numerics around a real training loop: an "FP32" reference that may be TF32, losses and ops that autocast must not touch, ``torch.compile`` under autocast, and normalisation ``eps`` in FP16.
 - ``probes.py``: probes that record what a gradient-accumulation step does, micro-batch by micro-batch.
+- ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``training_loop.py``: AMP in a real training loop: gradient accumulation, several losses or optimizers with one GradScaler, and a switchboard that tells autocast problems from scaling problems.
 

@@ -3,30 +3,42 @@ ops that autocast must not touch, ``torch.compile`` under autocast, and normalis
 
 - **TF32.** On NVIDIA GPUs since Ampere a float32 matmul may run on Tensor Cores in TF32: FP32's 8 exponent
   bits, but only 10 mantissa bits for the multiplied values (the products are summed in FP32). Whether it does
-  is a switch (``torch.set_float32_matmul_precision``, ``torch.backends.cuda.matmul.allow_tf32``,
-  ``torch.backends.cudnn.allow_tf32``), so a reference can silently lose three decimal digits.
+  is a switch (torch 2.9 and later: ``torch.backends.cuda.matmul.fp32_precision`` and its siblings for
+  cuDNN and oneDNN; before: the legacy ``torch.set_float32_matmul_precision`` and ``allow_tf32``), so a
+  reference can silently lose three decimal digits.
   :class:`EmulatedTF32` rounds the inputs of every float32 matmul to TF32 on any device, so the effect on
   scores and decisions can be seen on a laptop; :func:`fp32_reference_settings` pins the real switches.
 - **BCE.** ``sigmoid`` then ``binary_cross_entropy`` rounds the probability first: in FP16 ``sigmoid(9)`` is
   exactly 1.0, and ``log(1 - 1.0)`` is clamped to -100. ``binary_cross_entropy_with_logits`` never forms
   the probability, which is why CUDA autocast refuses ``BCELoss`` outright.
 - **eps.** 1e-12 is below half of FP16's smallest subnormal (2^-25 ~ 3e-8): stored in FP16 it is 0, and a
-  normalisation of an all-zero row divides 0 by 0.
+  normalisation of an all-zero row computed in FP16 divides 0 by 0 (a ``.half()`` model, CPU autocast, or a
+  norm built from ops on no autocast FP32 list; CUDA autocast runs ``pow``/``rsqrt`` in FP32).
 - **torch.compile** needs a C/C++ compiler on a CPU (and Triton on a GPU); :func:`first_call` times the
-  first call (where compilation happens) and reports *why* when it fails, so a lesson can move on.
+  first call (where compilation happens) and reports *why* when it fails, so a lesson can move on. Tracing
+  and compiling log warnings that are expected here (a graph break where the lesson puts one, "no CUDA
+  runtime" on a CPU-only machine); :func:`expected_compile_messages` catches them and says in one line what
+  they mean, instead of a 20-line log block.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from amp_lessons.core.environment import float32_matmul_settings
+from amp_lessons.core.environment import (
+    FP32_PRECISION_OPS,
+    float32_matmul_settings,
+    fp32_precision_backend,
+    has_fp32_precision_api,
+)
 
 # ------------------------------------------------------------------------------------------------ TF32
 
@@ -86,9 +98,31 @@ class EmulatedTF32(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# the new-API precision real_tf32 sets: TF32 for CUDA matmuls and cuDNN; oneDNN (CPU) left as it is
+_TF32_PRECISIONS = {"cuda.matmul": "tf32", "cudnn.conv": "tf32", "cudnn.rnn": "tf32"}
+
+
 @contextlib.contextmanager
-def _float32_matmuls(precision: str, cudnn_tf32: bool):
-    """Set the float32 matmul precision and cuDNN's TF32 switch; yields the settings, restores them after."""
+def _new_api_precision(precisions: dict):
+    """Set ``fp32_precision`` of each backend/op in ``precisions`` (torch >= 2.9) and restore every one after.
+
+    Only the new API is touched: reading or setting a legacy switch here would mix the two, which torch refuses.
+    """
+    backends = {path: fp32_precision_backend(path) for path in precisions}
+    backends = {path: backend for path, backend in backends.items() if backend is not None}
+    previous = {path: backend.fp32_precision for path, backend in backends.items()}
+    try:
+        for path, backend in backends.items():
+            backend.fp32_precision = precisions[path]
+        yield float32_matmul_settings()
+    finally:
+        for path, backend in backends.items():
+            backend.fp32_precision = previous[path]
+
+
+@contextlib.contextmanager
+def _legacy_precision(precision: str, cudnn_tf32: bool):
+    """torch < 2.9: set the float32 matmul precision and cuDNN's TF32 switch; restore them after."""
     previous_precision = torch.get_float32_matmul_precision()
     previous_cudnn = torch.backends.cudnn.allow_tf32
     torch.set_float32_matmul_precision(precision)
@@ -101,18 +135,29 @@ def _float32_matmuls(precision: str, cudnn_tf32: bool):
 
 
 def fp32_reference_settings():
-    """Pin true FP32 matmuls and convolutions for a reference run; yields the settings, restores them after.
+    """Pin true FP32 matmuls, convolutions and RNNs for a reference run; yields the settings, restores them after.
 
-    Sets ``torch.set_float32_matmul_precision("highest")`` (no TF32 for matmuls; the one switch that works on
-    every torch 2.x without mixing old and new APIs) and ``torch.backends.cudnn.allow_tf32 = False`` (its
-    default is True). Record the yielded dict with the baseline, so a later run can prove it used the same.
+    torch 2.9 and later: ``torch.backends.<backend>.<op>.fp32_precision = "ieee"`` for CUDA matmuls, cuDNN
+    convolutions and RNNs (their default is ``"tf32"``) and oneDNN's matmuls, convolutions and RNNs on the CPU
+    (``set_float32_matmul_precision("medium")`` makes oneDNN matmuls BF16 on CPUs with BF16 instructions).
+    Older torch: the legacy ``torch.set_float32_matmul_precision("highest")`` and
+    ``torch.backends.cudnn.allow_tf32 = False``. It uses the API the installed torch has and never both.
+    Record the yielded dict with the baseline, so a later run can prove it used the same.
     """
-    return _float32_matmuls("highest", cudnn_tf32=False)
+    if has_fp32_precision_api():
+        return _new_api_precision({path: "ieee" for path, _ in FP32_PRECISION_OPS})
+    return _legacy_precision("highest", cudnn_tf32=False)
 
 
 def real_tf32():
-    """Let CUDA float32 matmuls and convolutions use TF32 (``'high'``); restores the settings after."""
-    return _float32_matmuls("high", cudnn_tf32=True)
+    """Let CUDA float32 matmuls, cuDNN convolutions and RNNs use TF32; restores the settings after.
+
+    torch 2.9 and later: ``fp32_precision = "tf32"`` for ``cuda.matmul``, ``cudnn.conv`` and ``cudnn.rnn``;
+    older torch: the legacy ``set_float32_matmul_precision("high")`` and ``cudnn.allow_tf32 = True``.
+    """
+    if has_fp32_precision_api():
+        return _new_api_precision(_TF32_PRECISIONS)
+    return _legacy_precision("high", cudnn_tf32=True)
 
 
 def spacing_table(values=(1.0, 1.0003, 3.14159265, 1000.1)):
@@ -204,8 +249,9 @@ def stored_eps(values=(1e-12, 1e-8, 1e-6, 1e-5)):
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """A hand-written RMS normalisation, ``x / sqrt(mean(x**2) + eps)``, computed in ``x``'s dtype.
 
-    Hand-written ops are not on any autocast list: they run in whatever dtype their input has, so an
-    FP16 activation is normalised in FP16, and ``eps`` is rounded to FP16 before it is added.
+    Its ops (``*``, ``mean``, ``sqrt``, ``/``) are on no autocast FP32 list, so an FP16 activation is normalised
+    in FP16 under any autocast (and in a ``.half()`` model), and ``eps`` is rounded to FP16 before it is added.
+    A norm built from ``pow``/``rsqrt`` differs: CUDA autocast runs those in FP32, CPU autocast does not.
     """
     eps_tensor = torch.tensor(eps, dtype=x.dtype, device=x.device)
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps_tensor)
@@ -231,14 +277,85 @@ def compiler_status() -> tuple[bool, str]:
     return True, f"C++ compiler found: {compilers[0]}"
 
 
+# What the messages torch.compile logs while it traces and compiles mean, for the one-line summary.
+COMPILE_MESSAGES = (
+    ("Graph break", "a graph break: dynamo ended the graph at a Python decision on a tensor's value"),
+    ("No CUDA runtime", "no CUDA runtime here, so inductor generates C++ for the CPU"),
+    ("TensorFloat32", "TF32 is available but off, so float32 matmuls stay float32"),
+    ("recompil", "a recompile: a guard (shape, dtype, autocast state) changed"),
+)
+
+
+def explain_compile_message(text: str) -> str:
+    """What one logged message means, in a few words (its first line when it is not a known one)."""
+    for start, meaning in COMPILE_MESSAGES:
+        if start.lower() in text.lower():
+            return meaning
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= 100 else first[:97] + "..."
+
+
+def compile_summary(messages) -> str:
+    """One line for the messages caught while compiling ('' when there were none)."""
+    meanings = list(dict.fromkeys(explain_compile_message(m) for m in messages))
+    if not meanings:
+        return ""
+    count = len(messages)
+    return (
+        f"(torch.compile logged {count} expected message{'s' if count != 1 else ''}, not shown: "
+        + "; ".join(meanings)
+        + ".)"
+    )
+
+
+class _Keep(logging.Handler):
+    def __init__(self, into: list):
+        super().__init__(level=logging.WARNING)
+        self.into = into
+
+    def emit(self, record):
+        self.into.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def expected_compile_messages(show=print):
+    """Catch what torch's loggers and ``warnings`` emit inside the block, then ``show`` one line about it.
+
+    torch attaches its own handlers to its loggers (``torch``, ``torch._dynamo``, ...); inside the block
+    they hand their records to a list instead of printing them, and are put back afterwards.
+    """
+    caught: list = []
+    keep = _Keep(caught)
+    names = ["torch", *(name for name in logging.root.manager.loggerDict if name.startswith("torch."))]
+    swapped = []
+    for name in names:
+        logger = logging.getLogger(name)
+        if logger.handlers or name == "torch":
+            swapped.append((logger, list(logger.handlers)))
+            logger.handlers = [keep]
+    try:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            yield caught
+        caught.extend(str(w.message) for w in warned)
+    finally:
+        for logger, handlers in swapped:
+            logger.handlers = handlers
+    line = compile_summary(caught)
+    if line and show is not None:
+        show(line)
+
+
 def first_call(fn, *args, **kwargs):
     """Call ``fn`` once and time it: ``(result, seconds, error)``; ``error`` is '' or why it failed.
 
-    For a ``torch.compile``d function the first call is where tracing and code generation happen.
+    For a ``torch.compile``d function the first call is where tracing and code generation happen; what it
+    logs on the way is summarised in one line (:func:`expected_compile_messages`).
     """
     began = time.perf_counter()
     try:
-        result = fn(*args, **kwargs)
+        with expected_compile_messages():
+            result = fn(*args, **kwargs)
     except Exception as exc:  # no compiler, an unsupported Python, a backend bug: say so and move on
         text = str(exc).strip().splitlines()
         return None, time.perf_counter() - began, f"{type(exc).__name__}: {text[0][:200] if text else ''}"
@@ -253,7 +370,8 @@ def graph_breaks(fn, *args):
     try:
         import torch._dynamo as dynamo
 
-        explained = dynamo.explain(fn)(*args)
+        with expected_compile_messages():
+            explained = dynamo.explain(fn)(*args)
     except Exception as exc:
         return None, None, [f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"]
     reasons = []

@@ -5,6 +5,7 @@ The lesson's files (notebook ``notebooks/09_amp_across_processes.ipynb``, exerci
 - ``across_ranks.py``: the training recipe every rank runs (and this notebook runs as one process), and the numbers the lesson reads from what the ranks report.
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``distributed.py``: start ranks the way people do (torchrun), and make sure every one of them ends.
+- ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``workers/``: the scripts ``torchrun`` starts, one process per rank.
 

@@ -20,7 +20,9 @@ def all_questions():
 def test_every_lesson_shows_its_quiz_from_a_data_file(notebook):
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-    assert not any("Question(" in source for source in code), "quiz questions belong in the lesson's quiz.json"
+    assert not any("Question(" in source for source in code), (
+        "quiz questions belong in the lesson's quiz.json"
+    )
     assert any(f'lesson_quiz("{notebook.stem[:2]}")' in source for source in code)
     quiz = lesson_quiz(notebook.stem[:2])
     assert len(quiz) >= 2

@@ -149,3 +149,62 @@ def test_malformed_entries_are_repaired_or_set_aside(private_progress, capsys):
     assert saved["exercises"]["00 fine"] == {"attempts": 2, "passed": True}
     assert {entry["exercise"] for entry in saved["set_aside"]} == {"00 passed as text", "00 not an object"}
     assert saved["set_aside"][0]["entry"] is not None and saved["set_aside"][0]["reason"]
+
+
+def test_hints_are_listed_and_counted(private_progress):
+    record.record_hint("00 a", 2)
+    record.record("00 b", False, "failed", "wrong")
+    record.record_hint("00 b", 1)
+    record.record("00 c", True, "passed", "ok")
+    record.record_hint("00 c", 3)
+    rows = {r["exercise"]: r for r in progress.summarize(known=["00 a", "00 b", "00 c"])}
+    assert rows["00 a"]["state"] == "not started" and rows["00 a"]["hints"] == 2  # hints, but no check yet
+    assert rows["00 b"]["hints"] == 1 and rows["00 c"]["hints"] == 3
+    text = progress.format_summary(list(rows.values()))
+    assert re.search(r"^00 a +not started \(2 hints seen\)$", text, re.M)
+    assert re.search(r"^00 b +attempted \(1 attempt, last: failed; 1 hint\)$", text, re.M)
+    assert re.search(r"^00 c +passed \S+ \(3 hints\)$", text, re.M)
+    assert text.endswith("1 of 3 exercises passed, 1 attempted, 1 not started; 6 hints used.")
+    assert progress.counts(list(rows.values())) == {
+        "exercises": 3,
+        "passed": 1,
+        "attempted": 1,
+        "not started": 1,
+        "hints": 6,
+    }
+
+
+def test_the_progress_view_of_one_lesson_and_of_the_course(private_progress):
+    label = next(label for label in progress.known_exercises() if label.startswith("01.1"))
+    record.record(label, False, "failed", "wrong")
+    record.record_hint(label, 2)
+    view = progress.show_progress("01")
+    assert [r["exercise"][:2] for r in view.rows()] == ["01", "01"]
+    text = str(view)
+    assert text.startswith("Your progress on lesson 01's exercises")
+    assert "0 of 2 exercises passed, 1 attempted, 1 not started; 2 hints used." in text
+    assert f"record: {private_progress}" in text
+    html = view.html()
+    assert "amp-progress" in html and "✏️ attempted" in html and "hints used" in html
+    course = progress.show_progress()
+    assert course.title == "Your progress in the course" and len(course.rows()) == len(
+        progress.known_exercises()
+    )
+    assert "this lesson has no exercises" in str(progress.show_progress("42"))
+
+
+def test_the_progress_widget_refreshes_from_the_record(private_progress):
+    bundle = progress.show_progress("02")._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["text/plain"].startswith("Your")
+    form = progress.show_progress("02").widget()
+    shown, refresh = form.children
+    assert "0 of 2 exercises passed, 0 attempted, 2 not started." in shown.value
+    label = next(label for label in progress.known_exercises() if label.startswith("02.1"))
+    record.record(label, True, "passed", "ok")
+    refresh.click()
+    assert "1 of 2 exercises passed" in shown.value and "✅ passed" in shown.value
+
+
+def test_switched_off_recording_says_so_in_the_view(monkeypatch):
+    monkeypatch.setenv("AMP_LESSONS_PROGRESS_FILE", "off")
+    assert "recording is switched off" in str(progress.show_progress("01"))
