@@ -8,6 +8,8 @@
 - ``display``: ``short_table``/``ShortTable``, ``scale_text``
 - ``files``: ``atomic_write``, ``repo_root``
 - ``processes``: ``tagged_processes``
+- ``cuda_labelled``: CPU tensors that report a CUDA device, so checks see what learner code does on a GPU
+  (lessons 00, 03 and 08)
 
 Nothing is imported here, so importing one core module never loads the others (or torch).
 """

@@ -3,7 +3,6 @@
 The lesson's files (notebook ``notebooks/00_start_here.ipynb``, tests ``tests/l00_start_here/``):
 
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
-- ``cuda_labelled.py``: CPU tensors that report a CUDA device (the warm-up check's and 03.1/08.1's probes)
 - ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 """

@@ -1,18 +1,105 @@
 """Lesson 00's warm-up check: a matmul under autocast, written by the learner.
 
-It is small on purpose (the lesson is about how checks behave), but it is honest: it runs the
-learner's function on real tensors in both autocast dtypes and names the usual first mistakes.
+It is small on purpose (the lesson is about how checks behave), but it is honest: it runs the learner's
+function on real tensors in both autocast dtypes and names the usual first mistakes. Everything is judged by
+what the function does, never by its source text:
+
+- a *hand cast* is a call that changed a tensor's dtype (``a.half()``, ``(a @ b).to(dtype)``); a no-op such as
+  ``a.float()`` on FP32 inputs or ``a.to(a.device)`` is not one;
+- a last case hands the function tensors that report a CUDA device (``CudaLabelled``, also 03.1's: CPU
+  numbers, CUDA label) and records, at the matmul, which device's autocast was switched on and in which
+  dtype: a function that hard-codes ``device_type="cpu"`` is seen switching on the wrong one.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+from torch.overrides import TorchFunctionMode
 
 from amp_lessons.checks.harness import call_learner, checker, failed, passed
-from amp_lessons.core.autocast_state import OpDtypeRecorder, autocast_enabled, dtype_name, switch_autocast_off
+from amp_lessons.core.autocast_state import (
+    MATMUL_LIKE,
+    OpDtypeRecorder,
+    autocast_dtype,
+    autocast_enabled,
+    dtype_name,
+    switch_autocast_off,
+)
+from amp_lessons.core.cuda_labelled import CudaLabelled
 
-# Tensor methods that cast by hand, bypassing autocast's per-op policy.
+# Tensor methods that cast by hand, bypassing autocast's per-op policy (named in messages when they changed a
+# dtype).
 HAND_CASTS = {"half", "bfloat16", "float", "to", "type"}
+
+
+def real_casts(ops: OpDtypeRecorder) -> list:
+    """The names of the calls that changed a floating-point tensor's dtype (a no-op ``.float()`` is none)."""
+    names = set()
+    for call in ops.calls:
+        if call.name in HAND_CASTS and any(d != call.output_dtype for d in call.input_dtypes):
+            names.add(call.name)
+    return sorted(names)
+
+
+class AutocastAtMatmul(TorchFunctionMode):
+    """At every matmul-like call: was CPU autocast on, was CUDA autocast on (or asked for), in which dtype."""
+
+    def __init__(self, caught: list):
+        super().__init__()
+        self.caught = caught  # the warnings of the call so far ("CUDA is not available" = CUDA was asked for)
+        self.seen: list[dict] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in MATMUL_LIKE:
+            asked = any("cuda" in str(w.message).lower() for w in self.caught)
+            self.seen.append(
+                {
+                    "cpu": autocast_enabled("cpu"),
+                    "cuda": autocast_enabled("cuda") or asked,
+                    "cuda_dtype": autocast_dtype("cuda"),
+                }
+            )
+        return func(*args, **(kwargs or {}))
+
+
+def _cuda_labelled_case(autocast_matmul, a, b):
+    """Run the function on tensors that report a CUDA device, in BF16; a failed result, or None."""
+    dtype = torch.bfloat16
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with AutocastAtMatmul(caught) as seen:
+            got = call_learner(
+                autocast_matmul, a.as_subclass(CudaLabelled), b.as_subclass(CudaLabelled), dtype
+            )
+    if autocast_enabled("cpu") or autocast_enabled("cuda"):
+        switch_autocast_off()
+        return failed(
+            "Autocast is still switched on after your function returned: use it as `with torch.autocast(...):`."
+        )
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != (4, 5):
+        return failed(
+            "On tensors on a CUDA device your function did not return the [4, 5] tensor `a @ b` it returns on "
+            "the CPU: take everything from the inputs (`a.device.type`), nothing from a fixed device."
+        )
+    if any(s["cpu"] for s in seen.seen):
+        return failed(
+            "On tensors on a CUDA device (a.device.type == 'cuda') your function switched on autocast for the "
+            "CPU: on a GPU that autocast does nothing, and the matmul runs in FP32. Take the device type from "
+            "the data: `torch.autocast(device_type=a.device.type, dtype=dtype)`."
+        )
+    if not any(s["cuda"] and s["cuda_dtype"] == dtype for s in seen.seen):
+        return failed(
+            "On tensors on a CUDA device (a.device.type == 'cuda') the matmul did not run under CUDA autocast "
+            f"in {dtype}: take the device type from the data, "
+            "`torch.autocast(device_type=a.device.type, dtype=dtype)`."
+        )
+    if not torch.allclose(
+        torch.Tensor.float(got).cpu().as_subclass(torch.Tensor), a @ b, rtol=2e-2, atol=2e-2
+    ):
+        return failed("On tensors on a CUDA device the values are not `a @ b`.")
+    return None
 
 
 @checker("00 warm-up: autocast_matmul")
@@ -24,7 +111,7 @@ def check_autocast_matmul(autocast_matmul):
     for dtype in (torch.bfloat16, torch.float16):
         with OpDtypeRecorder() as ops:
             got = call_learner(autocast_matmul, a.clone(), b.clone(), dtype)
-        casts = sorted({call.name for call in ops.calls} & HAND_CASTS)
+        casts = real_casts(ops)
         if not isinstance(got, torch.Tensor):
             return failed(f"autocast_matmul returned a {type(got).__name__}; return the tensor `a @ b`.")
         if autocast_enabled("cpu"):
@@ -68,4 +155,7 @@ def check_autocast_matmul(autocast_matmul):
             return failed(
                 "The dtype is right but the values are not `a @ b` (did you transpose or scale something?)."
             )
+    problem = _cuda_labelled_case(autocast_matmul, a, b)
+    if problem is not None:
+        return problem
     return passed("Both float16 and bfloat16 come out of the matmul, chosen by autocast, not by hand.")

@@ -610,7 +610,7 @@ def _scale_cases():
             24,
         ),
         (
-            "gradients already above FP16's max (largest 1e6): the scale must go below 1, float16",
+            "gradients already above FP16's max (largest 1e6): the scale must go below 1, float16, max_exponent=24",
             [torch.tensor([1e6, -2.0]), torch.tensor([3.0])],
             F16,
             24,
@@ -742,6 +742,15 @@ def no_cap(grads, dtype, max_exponent):
 
 
 @model_rule(
+    "cap fixed at the default",
+    "Your cap is always 2**24, the default, whatever max_exponent the call passes (the input below says which "
+    "one this call used). Cap at the argument: the largest k <= max_exponent.",
+)
+def cap_fixed_at_the_default(grads, dtype, max_exponent):
+    return _oracle_scale(grads, dtype, 24)
+
+
+@model_rule(
     "cast first",
     "You cast the largest gradient to the low-precision dtype before scaling it (`amax.to(dtype) * 2**k`): "
     "the cast rounds it first, so near the top of the range you test a different "
@@ -791,6 +800,7 @@ SCALE_MISTAKES = (
     signed_max,
     first_tensor_only,
     no_cap,
+    cap_fixed_at_the_default,
     amax_cast_first,
     never_below_one,
     scale_for_float16_always,
@@ -838,10 +848,11 @@ def check_largest_safe_scale(largest_safe_scale):
         cases, lambda *case: _scale_answer(largest_safe_scale, *case), _oracle_scale
     )
     if first_wrong is not None:
-        case = cases[first_wrong][0]
+        case, _, _, max_exponent = cases[first_wrong]
         got = answers[first_wrong]
         detail = [
-            f"input: {case}",
+            f"input: {case}"
+            + ("" if f"max_exponent={max_exponent}" in case else f" (max_exponent={max_exponent})"),
             f"expected 2^{int(math.log2(expected))} = {expected:g}",
             "yours: None" if got is None else f"yours: 2^{math.log2(got):g} = {got:g}",
         ]

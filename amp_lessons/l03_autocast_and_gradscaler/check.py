@@ -506,6 +506,7 @@ def clipped_to_another_norm(s: Seen) -> str:
 
 
 CLIP_RULES = (
+    step_rules.unscaled_by_hand,
     clipped_against_max_norm_times_scale,
     step_rules.clipped_although_max_norm_none,
     clipped_against_max_norm_over_scale,
@@ -747,6 +748,50 @@ def _judge_iteration(
     return _judge_answer(iteration, overflow, got, calls, scale_before, scale_after)
 
 
+# BF16 training creates the same scaler disabled (GradScaler(enabled=False)): every scaler.step() is a real
+# optimizer.step() and the scale reads 1.0 throughout, so every iteration must step the scheduler.
+DISABLED_ITERATIONS = 3
+
+
+def _disabled_message(iteration: int, what: str) -> str:
+    return (
+        f"With a disabled GradScaler (BF16 training: `GradScaler(enabled=False)`, scale 1.0 throughout), "
+        f"iteration {iteration} was a real optimizer update, but {what}. A disabled scaler never skips a "
+        "step: every scaler.step() is optimizer.step(), so the scheduler must step every iteration "
+        "(`scaler.get_scale() >= scale_before` is True there, with no special case)."
+    )
+
+
+def _disabled_scaler_phase(step_scheduler_if_updated):
+    """The same function with a disabled scaler, as a BF16 run has it; a failed result, or None if right."""
+    weight, optimizer, _, x = _scheduler_setup()
+    scaler = UpdateCountingScaler(DEVICE_TYPE, enabled=False)
+    # torch's disabled scaler has no _scale / _backoff_factor / ...; the getters an answer may read work here
+    # (the lesson is about when to step the scheduler, not about that quirk)
+    for name, value in (("_scale", torch.tensor(1.0)), ("_growth_factor", 2.0), ("_backoff_factor", 0.5)):
+        setattr(scaler, name, value)
+    scaler._growth_interval, scaler._init_growth_tracker = 2000, 0
+    scheduler = CountingStepLR(optimizer)
+    for iteration in range(DISABLED_ITERATIONS):
+        scale_before = _train_iteration(weight, optimizer, scaler, x, overflow=False)
+        calls_before = scheduler.calls
+        try:
+            got = call_learner(
+                step_scheduler_if_updated, scaler, scheduler, scale_before, what="`step_scheduler_if_updated`"
+            )
+        except LearnerProblem as problem:
+            return failed(_disabled_message(iteration, f"then {problem.result.message}"))
+        answer, calls = _as_bool(got), scheduler.calls - calls_before
+        if answer is True and calls == 1:
+            continue
+        if answer is not True:
+            what = f"you returned {got!r}" + (" and did not step the scheduler" if not calls else "")
+        else:
+            what = f"scheduler.step() was called {calls} times"
+        return failed(_disabled_message(iteration, what))
+    return None
+
+
 @checker("03.2 step the scheduler only after real updates")
 def check_scheduler_step(step_scheduler_if_updated):
     """``step_scheduler_if_updated(scaler, scheduler, scale_before) -> bool`` after ``scaler.update()``."""
@@ -762,6 +807,9 @@ def check_scheduler_step(step_scheduler_if_updated):
             )
             if verdict is not None:
                 return verdict
+        verdict = _disabled_scaler_phase(step_scheduler_if_updated)
+        if verdict is not None:
+            return verdict
     updates = SCHEDULER_PATTERN.count(False)
     return passed(
         f"Over {len(SCHEDULER_PATTERN)} iterations with {SCHEDULER_PATTERN.count(True)} skipped "

@@ -36,6 +36,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from amp_lessons.core.autocast_state import autocast_dtype, autocast_enabled, switch_autocast_off
+from amp_lessons.core.cuda_labelled import (  # noqa: F401  (CudaLabelledParameter: the probes' API)
+    CudaLabelled,
+    CudaLabelledParameter,
+    label_as_cuda,
+)
 from amp_lessons.core.models import TinyClassifier, seeded_weights
 from amp_lessons.l03_autocast_and_gradscaler.training import total_grad_norm
 
@@ -220,42 +225,6 @@ class RecordingScaler(torch.amp.GradScaler):
             return 1.0
         scale = getattr(self, "_scale", None)
         return float(scale) if scale is not None else float("nan")
-
-
-class _ReportsCuda:
-    """The CUDA label itself: ``.device``, ``.is_cuda`` and ``.get_device()`` answer as a GPU tensor would."""
-
-    @property
-    def device(self):
-        return torch.device("cuda")
-
-    @property
-    def is_cuda(self):
-        return True
-
-    def get_device(self):
-        return 0
-
-
-class CudaLabelled(_ReportsCuda, torch.Tensor):
-    """A CPU tensor that reports a CUDA device (``.device``, ``.is_cuda``, ``.get_device()``); ops on it stay
-    CudaLabelled.
-
-    Only the label is changed: the numbers are computed on the CPU as usual. It lets the checker see which
-    device type a training step *chooses* for autocast when its data is on a GPU, on a machine without one.
-    """
-
-
-class CudaLabelledParameter(_ReportsCuda, nn.Parameter):
-    """A parameter that reports a CUDA device, so a step may take its device type from the model as well."""
-
-
-def label_as_cuda(model: nn.Module) -> None:
-    """Replace every parameter of ``model`` by a ``CudaLabelledParameter`` holding the same values."""
-    for module in model.modules():
-        for name, parameter in list(module._parameters.items()):
-            if parameter is not None:
-                module._parameters[name] = CudaLabelledParameter(parameter.detach().clone())
 
 
 class UpdateCountingScaler(torch.amp.GradScaler):

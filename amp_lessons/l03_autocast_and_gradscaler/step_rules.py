@@ -238,6 +238,25 @@ def _clipped_without_max_norm_message(s: Seen) -> str:
     )
 
 
+def _divided_twice_message(s: Seen) -> str:
+    return (
+        f"{s.where}: the gradients reached the optimizer divided by the loss scale twice (norm "
+        f"{s.norm_used:.4g} instead of {s.norm_expected:.4g}, {s.scale_used:g} times too small): you unscaled "
+        "them by hand, and scaler.step(optimizer) unscaled them again, because it only knows about an unscale_ it did itself. Unscale with `scaler.unscale_(optimizer)` "
+        "(needed only before clipping), or leave it to scaler.step."
+    )
+
+
+@rule("unscaled by hand, then scaler.step", _divided_twice_message)
+def unscaled_by_hand(s: Seen) -> bool:
+    """scaler.step saw gradients already at their true (unscaled) norm, without an unscale_ it knew of."""
+    step = s.scaler_step
+    if not (s.scaling and step and not step["unscaled"] and s.norm_finite and s.scale_used >= 2):
+        return False
+    true_norm = s.norm_expected if s.max_norm is None else s.unclipped_norm
+    return close(step["norm"], true_norm, 0.02) and close(s.norm_used * s.scale_used, true_norm, 0.02)
+
+
 @rule("clipped although max_norm is None", _clipped_without_max_norm_message)
 def clipped_although_max_norm_none(s: Seen) -> bool:
     return s.clipped_wrong and s.max_norm is None
@@ -317,6 +336,7 @@ SHARED_RULES = (
     no_update,
     update_more_than_once,
     learner_error,
+    unscaled_by_hand,
     clipped_although_max_norm_none,
     changed_not_clipped_by_total_norm,
     not_clipped,

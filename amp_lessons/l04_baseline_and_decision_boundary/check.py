@@ -9,6 +9,7 @@ specific first, so each rule can be tested on its own.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -641,10 +642,38 @@ CRITERIA_MISTAKES = (
 )
 
 
+def _without_generated_frames(tb):
+    """The traceback cut before the first frame of generated code (a dataclass's ``__init__`` is compiled
+    from a string, so its "line 11" is no line the learner wrote): the last frame left is the learner's."""
+    head = tb
+    while tb is not None and tb.tb_next is not None:
+        if tb.tb_next.tb_frame.f_code.co_filename.startswith("<string>"):
+            tb.tb_next = None
+            break
+        tb = tb.tb_next
+    return head
+
+
+def _calling_criteria(make_criteria):
+    """``make_criteria`` as the learner wrote it, but an error raised while building the Criteria points at
+    the learner's line (``return Criteria(...)``), where the wrong value is."""
+    if not callable(make_criteria):
+        return make_criteria
+
+    @functools.wraps(make_criteria)
+    def calling(*args, **kwargs):
+        try:
+            return make_criteria(*args, **kwargs)
+        except Exception as exc:
+            raise exc.with_traceback(_without_generated_frames(exc.__traceback__)) from None
+
+    return calling
+
+
 @checker("04.2 criteria for the ticket router")
 def check_criteria(make_criteria):
     """``make_criteria()`` must return the Criteria the ticket-router application states."""
-    got = call_learner(make_criteria)
+    got = call_learner(_calling_criteria(make_criteria))
     mistake = first_mistake(CRITERIA_MISTAKES, got)
     if mistake:
         return failed(mistake.text(got))
@@ -737,6 +766,17 @@ _JUDGE_CASES = [
         "everything, so `not (diff > tol).any()` lets it through; test `(diff <= tol).all()` instead.",
     ),
     (
+        "NaN where the reference is near zero",
+        "numeric",
+        _t([[2.0, 0.004], [0.0, 2.0]]),
+        _t([[2.0, NAN], [0.0, 2.0]]),
+        [0, 1],
+        _crit(allowed_decision_changes=1),
+        "A NaN fails 'numeric' wherever it is, even where the reference score is 0.004: zeroing it "
+        "(torch.nan_to_num, or NaN -> 0) turns it into 0.0, within atol=0.01 of the reference, and hides it. "
+        "Compare the trial as it is: `((trial - reference).abs() <= tol).all()` is False for any NaN.",
+    ),
+    (
         "inf allowed by policy",
         "finite",
         _t([[2.0, 0.0], [0.0, 2.0]]),
@@ -745,6 +785,17 @@ _JUDGE_CASES = [
         _crit(nonfinite="allow", allowed_decision_changes=1),
         "With nonfinite='allow' a non-finite score does not fail 'finite' (it still fails 'numeric', and its "
         "row decides -1, which is a change).",
+    ),
+    (
+        "decisions compared with the reference, not the labels",
+        "decision",
+        _t([[2.0, 0.0], [0.0, 2.0]]),
+        _t([[2.0, 0.0], [0.0, 2.0]]),
+        [1, 0],
+        _crit(),
+        "'decision' counts the rows where the TRIAL's decision differs from the REFERENCE's, "
+        "decide(reference, ...) vs decide(trial, ...), never the labels: here the trial decides exactly as "
+        "the reference, so nothing changed, although both disagree with the labels (that is 'quality').",
     ),
     (
         "tie rule from the criteria",
@@ -757,6 +808,18 @@ _JUDGE_CASES = [
         "make both rows abstain (-1), so no decision changed.",
     ),
     (
+        "margins of the raw scores",
+        "decision",
+        _t([[1.0, 0.85]]),
+        _t([[0.85, 1.0]]),
+        [0],
+        _crit(atol=0.2, tie_rule="abstain", tie_tolerance=0.1),
+        "Decide on the scores as they are, `decide(trial, criteria.tie_tolerance)`: the margin 0.15 >= 0.1 "
+        "decides class 0 in the reference and class 1 in the trial, a change. Softmaxed first, the margin "
+        "shrinks to 0.075 and both rows abstain, hiding the change: tie_tolerance is in the units of the "
+        "scores (the logits), not of probabilities.",
+    ),
+    (
         "accuracy, not agreement",
         "quality",
         _t([[2.0, 0.0], [2.0, 0.0]]),
@@ -765,6 +828,16 @@ _JUDGE_CASES = [
         _crit(min_quality=0.75),
         "'quality' is accuracy against the LABELS, not agreement with the reference: the trial agrees with the "
         "reference on every row, but row 1 is labelled 1 and both decide 0, so accuracy is 50 % < 75 %.",
+    ),
+    (
+        "accuracy exactly at min_quality",
+        "quality",
+        _t([[2.0, 0.0], [0.0, 2.0]]),
+        _t([[2.0, 0.0], [0.0, 2.0]]),
+        [0, 0],
+        _crit(min_quality=0.5),
+        "The trial gets 1 of 2 labelled rows right, 50 %, exactly min_quality=0.5: a minimum is met when it "
+        "is reached. Compare with `accuracy >= criteria.min_quality`, not `>`.",
     ),
     (
         "quality ignores unlabelled rows",

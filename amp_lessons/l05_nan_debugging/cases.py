@@ -66,6 +66,23 @@ class InlineMatmul(nn.Module):
         return self.b(torch.relu(self.a(x)) @ self.mix)
 
 
+class GainBlock(nn.Module):
+    """A container whose own forward code overflows *after* its only layer: the layer's output is finite, the
+    block's is not (a finder that hooks leaf modules only never sees it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 8)
+        self.gain = 3000.0
+
+    def forward(self, x):
+        return self.fc(x) * self.gain
+
+
+def _gain_model():
+    return nn.Sequential(OrderedDict(block=GainBlock(), act=nn.ReLU(), out=nn.Linear(8, 2)))
+
+
 class PlantedError(RuntimeError):
     """The error ``RaisingModel`` raises (its own class, so a check never mistakes it for a learner's bug)."""
 
@@ -109,6 +126,7 @@ def finder_cases():
         inf_then_nan = build(4, lambda: nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4), nn.Linear(4, 2)))
         inline = build(5, InlineMatmul)
         calm = build(6, lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+        gained = build(7, _gain_model)
         with torch.no_grad():
             sequential[2].weight.fill_(2000.0)
             nested.block.fc2.weight.fill_(2000.0)
@@ -124,7 +142,15 @@ def finder_cases():
         ("a container whose own inline matmul overflows", inline, big, "b"),
         ("a model that stays finite", calm, quiet, None),
         ("a batch that already holds a NaN", calm, poisoned, "0"),
+        ("a container whose own forward overflows after its (finite) layer", gained, big, "block"),
     ]
+
+
+def dtype_cases():
+    """(label, model, inputs, dtype, expected): the dtype argument decides the answer. The first case's float16
+    overflow, run with dtype=bfloat16 (float32's range): nothing overflows, so the answer is None."""
+    label, model, inputs, _ = finder_cases()[0]
+    return [(f"{label}, run with dtype=bfloat16", model, inputs, torch.bfloat16, None)]
 
 
 def tolerating_planted_error(fn):

@@ -330,6 +330,27 @@ def definition_order(wrong: list) -> bool:
     return _answered_like(cases.in_definition_order, wrong)
 
 
+def _containers_skipped_message(wrong: list) -> str:
+    w = wrong[0]
+    return (
+        f"You named {w.got!r}, a module that ran after {w.expected!r}. But {w.expected!r} is a container, "
+        "and its own forward code (not one of its layers) produced the first non-finite output: your hooks "
+        "skipped it (hooks on leaf modules only, or on some layer types only). Register the hook on every "
+        "module from `model.named_modules()`, containers included."
+    )
+
+
+@_finder_rule("containers skipped", _containers_skipped_message)
+def containers_skipped(wrong: list) -> bool:
+    """Wrong only where a container's own code overflows, naming another module there."""
+    return all(
+        w.expected
+        and any(True for _ in w.model.get_submodule(w.expected).children())
+        and w.got not in (None, "", w.expected)
+        for w in wrong
+    )
+
+
 def _named_a_finite_case(wrong: list) -> str:
     return (
         f"On {wrong[0].label} every output is finite, so the answer is None; you returned "
@@ -374,6 +395,7 @@ FINDER_MISTAKES = (
     autocast_for_another_device,
     autocast_in_another_dtype,
     ran_without_autocast,
+    containers_skipped,
     kept_the_last,
     nan_only,
     inf_only,
@@ -385,14 +407,14 @@ FINDER_MISTAKES = (
 )
 
 
-def _observe_call(finder, label, model, inputs, *, raised=False) -> tuple:
+def _observe_call(finder, label, model, inputs, *, raised=False, dtype=DTYPE) -> tuple:
     """Call the learner's finder once: its answer and the autocasts it entered; stop at a call mistake."""
     hooks_before, global_before = hook_count(model), global_hook_count()
     state = {k: v.clone() for k, v in model.state_dict().items()}
     modes = cases.training_flags(model)
     with cases.watch_autocast() as entered:
         learner = cases.tolerating_planted_error(finder) if raised else finder
-        got = call_learner(learner, model, inputs.clone(), DTYPE)
+        got = call_learner(learner, model, inputs.clone(), dtype)
     changed = any(p.dtype != torch.float32 for p in model.parameters()) or any(
         not torch.equal(state[k], v) for k, v in model.state_dict().items()
     )
@@ -415,10 +437,13 @@ def _observe_call(finder, label, model, inputs, *, raised=False) -> tuple:
 def _wrong_answers(first_nonfinite_module) -> list:
     """Run the learner's finder on every case: the ``WrongAnswer`` list, or stop at the first call mistake."""
     wrong = []
-    for label, model, inputs, expected in cases.finder_cases():
-        got, devices = _observe_call(first_nonfinite_module, label, model, inputs)
+    runs = [
+        (label, model, inputs, DTYPE, expected) for label, model, inputs, expected in cases.finder_cases()
+    ]
+    for label, model, inputs, dtype, expected in runs + cases.dtype_cases():
+        got, devices = _observe_call(first_nonfinite_module, label, model, inputs, dtype=dtype)
         if got != expected:
-            wrong.append(WrongAnswer(label, got, expected, model, inputs, DTYPE, devices))
+            wrong.append(WrongAnswer(label, got, expected, model, inputs, dtype, devices))
     return wrong
 
 
@@ -475,8 +500,9 @@ def check_first_nonfinite_module(first_nonfinite_module):
         else " (on a pretend GPU your function raised, so its device handling was not checked)"
     )
     return passed(
-        "You named the first non-finite module on all seven cases: inside blocks, in the order modules run, "
-        "inf as well as NaN, None when everything is finite. Your hooks are gone afterwards, also when the "
+        f"You named the first non-finite module on all {len(cases.finder_cases()) + len(cases.dtype_cases())} "
+        "cases: inside blocks and in containers' own code, in the order modules run, inf as well as NaN, in "
+        "the dtype you were given, None when everything is finite. Your hooks are gone afterwards, also when the "
         f"forward raises; each model keeps its train/eval mode{device}."
     )
 
@@ -547,6 +573,16 @@ def _run_learner(fn, model, x, *, autocast: bool):
     finally:
         for handle in handles:
             handle.remove()
+    if still_on and not autocast:
+        raise LearnerProblem(
+            failed(
+                "Called without autocast, your function left autocast switched on after it returned "
+                "(torch.set_autocast_enabled, or an autocast entered and never left): every op the caller "
+                "runs next would be cast too. Change the precision only inside "
+                "`with torch.autocast(device_type=..., enabled=...):` blocks, which restore the caller's state "
+                "on exit."
+            )
+        )
     if autocast and not still_on:
         raise LearnerProblem(
             failed(

@@ -425,6 +425,165 @@ CRASH_BEFORE_MOVE_MISTAKES = (
 )
 
 
+# ------------------------------------------------------------- 06.1: what the file holds, judged by value
+
+ADAM_RESTARTS = (
+    " Without it AdamW restarts its moving averages (exp_avg, exp_avg_sq) and step count from "
+    "zero, so the first steps after a resume are different (bias-corrected full-size steps) and "
+    "the run diverges."
+)
+
+
+@dataclass(frozen=True)
+class ContentSeen:
+    """The saved file as torch.load reads it, next to what each part was when the save was called."""
+
+    payload: object
+    model: dict
+    optimizer: dict
+    scaler: dict
+    config: dict
+    rng: dict
+
+    def holds(self, predicate) -> bool:
+        return scan_payload(self.payload, predicate)
+
+    def holds_ints(self, values) -> bool:
+        """Some list, tuple or integer tensor in the file holds exactly these integers."""
+        wanted = [int(v) for v in values]
+        return self.holds(lambda item: _as_ints(item, len(wanted)) == wanted)
+
+
+def _as_ints(item, length: int):
+    """``item`` as a list of ``length`` Python ints (a list/tuple of ints or an integer tensor), else None."""
+    if isinstance(item, torch.Tensor):
+        if item.is_floating_point() or item.is_complex() or item.numel() != length:
+            return None
+        return [int(v) for v in item.flatten().tolist()]
+    if isinstance(item, (list, tuple)) and len(item) == length and all(type(v) is int for v in item):
+        return list(item)
+    return None
+
+
+def _is_config(item, config: dict) -> bool:
+    if isinstance(item, str) and item.lstrip().startswith("{"):
+        import json
+
+        with contextlib.suppress(ValueError):
+            item = json.loads(item)
+    return isinstance(item, dict) and item == config
+
+
+@rule(
+    "the model's weights",
+    "Your checkpoint does not hold the model's weights: no dict in the file equals model.state_dict() as it "
+    "was when save_checkpoint was called. Save `model.state_dict()`, its tensors as they are.",
+)
+def no_model_weights(c: ContentSeen) -> bool:
+    return not c.holds(lambda item: isinstance(item, dict) and same_state(item, c.model))
+
+
+@rule(
+    "the optimizer state",
+    "Your checkpoint holds no optimizer state equal to optimizer.state_dict() at save time: save "
+    "`optimizer.state_dict()`." + ADAM_RESTARTS,
+)
+def no_optimizer_state(c: ContentSeen) -> bool:
+    return not c.holds(
+        lambda item: _has_optimizer_state(item) and same_state(item["state"], c.optimizer["state"])
+    )
+
+
+@rule(
+    "the GradScaler state",
+    "Your checkpoint holds no GradScaler state equal to scaler.state_dict() at save time (the scale, the "
+    "growth tracker). Without it a resumed FP16 run starts again from init_scale: it overflows and skips "
+    "steps until the scale has backed off again, and grows on another schedule. Save `scaler.state_dict()`.",
+)
+def no_scaler_state(c: ContentSeen) -> bool:
+    return not c.holds(lambda item: _has_scaler_state(item) and same_state(item, c.scaler))
+
+
+@rule(
+    "the config",
+    "Your checkpoint does not hold the run's config (no dict in the file equals the config passed in): save "
+    "`dict(config)`, so a resume can tell it continues the same run.",
+)
+def no_config(c: ContentSeen) -> bool:
+    return not c.holds(lambda item: _is_config(item, c.config))
+
+
+@rule(
+    "Python's RNG state",
+    "Your checkpoint does not hold Python's RNG state (random.getstate() at save time): a resumed run would "
+    "shuffle its data in another order than the uninterrupted one. Save it as plain data, e.g. "
+    "`version, internal, gauss = random.getstate()` -> `[version, list(internal), gauss]`.",
+)
+def no_python_rng(c: ContentSeen) -> bool:
+    return not c.holds_ints(c.rng["python"]["internal"].tolist())
+
+
+@rule(
+    "NumPy's RNG state",
+    "Your checkpoint does not hold NumPy's RNG state (np.random.get_state() at save time): a resumed run would "
+    "draw other augmentation noise. Save its parts as plain data (the keys array as `keys.tolist()`).",
+)
+def no_numpy_rng(c: ContentSeen) -> bool:
+    return not c.holds_ints(c.rng["numpy"]["keys"].tolist())
+
+
+@rule(
+    "torch's RNG state",
+    "Your checkpoint does not hold torch's RNG state (torch.get_rng_state() at save time): a resumed run "
+    "would draw other dropout masks. Save `torch.get_rng_state()` (and on a GPU "
+    "`torch.cuda.get_rng_state_all()`).",
+)
+def no_torch_rng(c: ContentSeen) -> bool:
+    return not c.holds_ints(c.rng["torch"].tolist())
+
+
+@rule(
+    "the CUDA RNG states",
+    "Your checkpoint does not hold the CUDA generators' states (torch.cuda.get_rng_state_all() at save "
+    "time): on this GPU a resumed run would draw other random numbers. Save them too.",
+)
+def no_cuda_rng(c: ContentSeen) -> bool:
+    return not all(c.holds_ints(state.tolist()) for state in c.rng["cuda"])
+
+
+# Each part a resume needs, in the order a message names it; every missing part is listed.
+CONTENT_MISTAKES = (
+    no_model_weights,
+    no_optimizer_state,
+    no_scaler_state,
+    no_config,
+    no_python_rng,
+    no_numpy_rng,
+    no_torch_rng,
+    no_cuda_rng,
+)
+
+
+def _content_problem(path, model, optimizer, scaler, config, rng):
+    """The first part the saved file lacks (by value), with every other missing part named; None if complete."""
+    payload = read_any_payload(path)
+    content = ContentSeen(
+        payload,
+        _params(model),
+        copy.deepcopy(optimizer.state_dict()),
+        dict(scaler.state_dict()),
+        config,
+        rng,
+    )
+    missing = [mistake for mistake in CONTENT_MISTAKES if mistake.matches(content)]
+    if not missing:
+        return None
+    text = missing[0].text(content)
+    if len(missing) > 1:
+        text += f" Also missing: {', '.join(mistake.name for mistake in missing[1:])}."
+    return failed(text)
+
+
 def _call_failing_save(
     save_checkpoint, args, failure=simulated_failed_write, error=SimulatedDiskFull
 ) -> tuple[str, str]:
@@ -456,6 +615,7 @@ def check_save_checkpoint(save_checkpoint):
         _run(model, optimizer, scaler, 3)
         path = os.path.join(folder, "run.ckpt")
         before = _listing(folder)
+        rng = capture_rng()
         with recorded_file_calls() as calls:
             call_learner(save_checkpoint, path, model, optimizer, scaler, 3, _config())
         seen = SaveSeen(
@@ -473,6 +633,7 @@ def check_save_checkpoint(save_checkpoint):
         problem = _weights_only_problem(path)
         if problem is not None:
             return problem
+        complete = _content_problem(path, model, optimizer, scaler, _config(), rng)
 
         # Two failures: torch.save writes part of the bytes, then fails like a full disk; the process dies
         # right before the final rename. The previous checkpoint must come out of both intact.
@@ -492,6 +653,8 @@ def check_save_checkpoint(save_checkpoint):
             mistake = first_mistake(rules, interrupted)
             if mistake:
                 return failed(mistake.text(interrupted))
+    if complete is not None:
+        return complete
     return passed(_save_passed_message(seen.arrived_by))
 
 
@@ -647,13 +810,6 @@ def _has_scaler_state(item) -> bool:
 
 def _optimizer_lost(s: ResumeSeen) -> bool:
     return not same_state(s.optimizer_state, s.saved["optimizer"]["state"])
-
-
-ADAM_RESTARTS = (
-    " Without it AdamW restarts its moving averages (exp_avg, exp_avg_sq) and step count from "
-    "zero, so the first steps after a resume are different (bias-corrected full-size steps) and "
-    "the run diverges."
-)
 
 
 def _not_the_pair_step_config_message(s: ResumeSeen) -> str:

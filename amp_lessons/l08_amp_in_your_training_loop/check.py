@@ -257,9 +257,16 @@ def _ratio_message(seen: Seen) -> str:
     )
 
 
+def _step_as_the_reference(s: Seen) -> bool:
+    """The step's outcome is the reference's: the same parameters, and the optimizer used the same norm (a
+    step that divides the accumulated .grad by the number of micro-batches afterwards is right too)."""
+    same_norm = not s.norm_finite or close(s.norm_used, s.norm_expected, 0.02)
+    return s.first_param_difference is None and same_norm
+
+
 @rule("gradient size", _ratio_message)
 def gradient_size(s: Seen) -> bool:
-    return math.isfinite(s.output_gradient_ratio()) and not s.ratio_is(1.0)
+    return math.isfinite(s.output_gradient_ratio()) and not s.ratio_is(1.0) and not _step_as_the_reference(s)
 
 
 SETUP_RULES = (
@@ -291,11 +298,21 @@ def _stepper(seen: Seen) -> str:
 
 
 def _step_inside_message(s: Seen) -> str:
+    stepper, calls = _stepper(s), s.log.count(_stepper(s))
+    if calls == s.parts:
+        return (
+            f"{s.where}: {stepper}() ran inside the micro-batch loop ({calls} calls for "
+            f"{s.parts} micro-batches). That is {s.parts} small optimizer steps, each from 1/{s.parts} of the "
+            "batch, not one step from the whole batch (and with Adam each small step is full-sized). "
+            f"Accumulate all micro-batches first, then once: {ORDER}."
+        )
+    names = s.names
+    after = names[: names.index(stepper)].count("backward") if stepper in names else 0
+    when = "once" if calls == 1 else f"{calls} times, first"
     return (
-        f"{s.where}: {_stepper(s)}() ran inside the micro-batch loop ({s.log.count(_stepper(s))} calls for "
-        f"{s.parts} micro-batches). That is {s.parts} small optimizer steps, each from 1/{s.parts} of the "
-        "batch, not one step from the whole batch (and with Adam each small step is full-sized). Accumulate "
-        f"all micro-batches first, then once: {ORDER}."
+        f"{s.where}: {stepper}() ran inside the micro-batch loop, {when} right after micro-batch {after} of "
+        f"{s.parts} (a test such as `i % k == 0` is already true at i = 0). A step there uses the gradients of only the micro-batches before it, not "
+        f"the whole batch. Accumulate all micro-batches first, then step once, after the loop: {ORDER}."
     )
 
 
@@ -512,7 +529,32 @@ def clipped_to_another_norm(s: Seen) -> str:
     )
 
 
+def _grad_divided_after_message(s: Seen) -> str:
+    small = s.norm_used < s.norm_expected
+    return (
+        f"{s.where}: each micro-batch's backward was right, but the gradients the optimizer used are {s.parts} "
+        f"times too {'small' if small else 'large'} (norm {s.norm_used:.4g} instead of {s.norm_expected:.4g}): "
+        + (
+            f"you divided by the number of micro-batches a second time, after the loop (.grad / {s.parts}). "
+            "Divide once: each loss, or the accumulated .grad."
+            if small
+            else f"you multiplied the accumulated .grad by {s.parts} after the loop. Leave it as backward made it."
+        )
+    )
+
+
+@rule("gradients changed after the loop", _grad_divided_after_message)
+def gradients_changed_after_the_loop(s: Seen) -> bool:
+    if not (s.norm_finite and s.ratio_is(1.0)):
+        return False
+    return close(s.norm_used * s.parts, s.norm_expected, 0.02) or close(
+        s.norm_used, s.norm_expected * s.parts, 0.02
+    )
+
+
 CLIP_RULES = (
+    gradients_changed_after_the_loop,
+    step_rules.unscaled_by_hand,
     step_rules.clipped_although_max_norm_none,
     clipped_the_scaled_gradients,
     step_rules.changed_not_clipped_by_total_norm,

@@ -535,15 +535,32 @@ def _collective_mismatch(result, problems) -> str | None:
         if o.status == "timeout"
     ]
     stuck += [
-        f"rank {o.rank} was stopped by gloo because the ranks' collectives did not match ({o.error[-40:]})"
+        f"rank {o.rank} was stopped by gloo because the ranks' collectives did not match ({_gloo_words(o)})"
         for o in result.outcomes
         if o.status == "crashed" and "mismatch" in o.output.lower()
     ]
     for rank, problem in problems:
         if any(word in problem.message.lower() for word in PEER_TROUBLE):
             where = problem.message.rsplit("(at ", 1)[-1].rstrip(")") if "(at " in problem.message else ""
-            stuck.append(f"rank {rank} was left alone in a collective" + (f" at {where}" if where else ""))
+            stuck.append(
+                f"rank {rank} was left alone in a collective"
+                + (
+                    f"; it noticed at {where}, but collectives are matched by their order, not their line: "
+                    "the one that only some ranks call can come earlier"
+                    if where
+                    else ""
+                )
+            )
     return "; ".join(stuck) or None
+
+
+def _gloo_words(outcome) -> str:
+    """What gloo said about the mismatch, in whole sentences, and how the rank ended."""
+    line = next((x for x in reversed(outcome.output.splitlines()) if "mismatch" in x.lower()), "")
+    said = line.rsplit("] ", 1)[-1].strip()  # after "[enforce fail at .../pair.cc:464] "
+    sentences = [part.strip() for part in said.split(". ") if part.strip()]
+    words = next((x for x in sentences if "size" in x.lower() or "mismatch" in x.lower()), said)
+    return f"gloo: '{words.rstrip('.')}.'; {outcome.error}" if words else outcome.error
 
 
 def _outcome_problem(result):

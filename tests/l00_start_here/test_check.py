@@ -223,3 +223,76 @@ def test_the_check_is_fast_on_the_answer():
     started = time.perf_counter()
     check_autocast_matmul(right)
     assert time.perf_counter() - started < 2.0
+
+
+# ----------------------------------- issue 19: judged by what the function does, on CPU and CUDA-labelled data
+
+
+def right_noop_float(a, b, dtype):
+    with torch.autocast(device_type=a.device.type, dtype=dtype):
+        return a.float() @ b.float()  # the inputs are FP32 already: a no-op, not a hand cast
+
+
+def right_to_own_device(a, b, dtype):
+    b = b.to(a.device)
+    with torch.autocast(a.device.type, dtype=dtype):
+        return torch.matmul(a.to(torch.float32), b)
+
+
+def right_is_cuda_branch(a, b, dtype):
+    kind = "cuda" if a.is_cuda else "cpu"
+    ctx = torch.autocast(kind, dtype=dtype)
+    with ctx:
+        product = a.matmul(b)
+    return product
+
+
+def right_device_of_b(a, b, dtype):
+    with torch.autocast(device_type=b.device.type, dtype=dtype, cache_enabled=False):
+        return a.mm(b.type(torch.float32))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [right_noop_float, right_to_own_device, right_is_cuda_branch, right_device_of_b],
+    ids=lambda f: f.__name__,
+)
+def test_no_op_casts_and_device_from_the_data_pass(variant):
+    result = check_autocast_matmul(variant)
+    assert result.passed, result.message
+
+
+def hard_coded_cpu(a, b, dtype):
+    with torch.autocast(device_type="cpu", dtype=dtype):
+        return a @ b
+
+
+def hard_coded_cpu_amp(a, b, dtype):
+    with torch.amp.autocast("cpu", dtype=dtype):
+        return torch.mm(a, b)
+
+
+def hard_coded_cpu_result_to_device(a, b, dtype):
+    with torch.autocast("cpu", dtype=dtype):
+        out = a @ b
+    return out.to(a.device)
+
+
+def half_then_device(a, b, dtype):
+    return (a.to(a.device).half() @ b.half()).to(dtype)
+
+
+@pytest.mark.parametrize(
+    "wrong, named",
+    [
+        (hard_coded_cpu, "switched on autocast for the CPU"),
+        (hard_coded_cpu_amp, "switched on autocast for the CPU"),
+        (hard_coded_cpu_result_to_device, "switched on autocast for the CPU"),
+        (half_then_device, "casts by hand (half, to)"),
+    ],
+    ids=["device_type='cpu'", "amp 'cpu'", "cpu, then .to(a.device)", "half then to"],
+)
+def test_a_hard_coded_device_type_is_caught(wrong, named):
+    result = check_autocast_matmul(wrong)
+    assert result.status == "failed" and named in result.message, result.message
+    assert not autocast_enabled("cpu") and not autocast_enabled("cuda")

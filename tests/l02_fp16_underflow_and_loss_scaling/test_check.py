@@ -634,6 +634,7 @@ SCALE_RULE_CASES = {  # rule name: a learner-style largest_safe_scale with that 
     "signed max": scale_signed_max,
     "first only": scale_first_only,
     "no cap": scale_no_cap,
+    "cap fixed at the default": lambda *args: scale_capped_at_24(*args),
     "at least one": scale_at_least_one,
     "always fp16": scale_always_fp16,
     "cast first": scale_cast_amax_fp16,
@@ -872,3 +873,42 @@ def test_review_checks_are_fast_on_the_reference():
         started = time.perf_counter()
         assert check(answer).passed
         assert time.perf_counter() - started < 2.0
+
+
+# ----------------------------------- issue 19: the max_exponent a failing case used is said
+
+
+def scale_capped_at_24(grads, dtype, max_exponent=24):
+    values = torch.cat([g.detach().reshape(-1).float() for g in grads] + [torch.zeros(0)])
+    if not torch.isfinite(values).all():
+        return None
+    if values.numel() == 0 or values.abs().max() == 0:
+        return 2.0**24
+    k = 24  # the default, not the argument
+    while torch.isinf((values.abs().max() * 2.0**k).to(dtype)):
+        k -= 1
+    return 2.0**k
+
+
+def scale_never_below_one_in_a_loop(grads, dtype, max_exponent=24):
+    largest = max((float(g.abs().max()) for g in grads if g.numel()), default=0.0)
+    if largest != largest or largest == float("inf"):
+        return None
+    for k in range(max_exponent, -1, -1):
+        if not torch.isinf(torch.tensor(largest * 2.0**k).to(dtype)):
+            return 2.0**k
+    return 1.0
+
+
+def test_a_cap_fixed_at_the_default_is_named_with_the_max_exponent_used():
+    result = check_largest_safe_scale(scale_capped_at_24)
+    assert result.status == "failed" and "whatever max_exponent the call passes" in result.message
+    assert any("max_exponent=16" in line for line in result.details), result.details
+
+
+def test_every_failing_input_line_says_its_max_exponent():
+    result = check_largest_safe_scale(scale_never_below_one_in_a_loop)
+    assert result.status == "failed", result.message
+    assert any(line.startswith("input:") and "max_exponent=24" in line for line in result.details), (
+        result.details
+    )

@@ -1042,6 +1042,7 @@ RULE_CASES = {  # rule name: a step whose first mistake that rule names
     "no update": no_update,
     "update more than once": update_twice,
     "learner error": raises_at_the_end,
+    "unscaled by hand, then scaler.step": lambda *args, **kwargs: unscales_by_hand(*args, **kwargs),
     "clipped scaled gradients against max_norm * scale": scaled_max_norm,
     "clipped although max_norm is None": clips_when_max_norm_none,
     "clipped scaled gradients against max_norm / scale": clips_to_max_norm_over_scale,
@@ -1264,3 +1265,132 @@ def test_the_shared_rules_are_worded_and_recognised_as_shared():
 def test_an_unworded_shared_rule_is_a_checker_bug():
     with pytest.raises(TypeError, match="worded"):
         step_rules.no_update.text(None)
+
+
+# ----------------------------------- issue 19: a disabled scaler (BF16), and gradients unscaled twice
+
+
+def sched_enabled_only(scaler, scheduler, scale_before):
+    if scaler.is_enabled() and scaler.get_scale() >= scale_before:  # "no scaler, nothing to step on"
+        scheduler.step()
+        return True
+    return False
+
+
+def sched_enabled_ternary(scaler, scheduler, scale_before):
+    stepped = scaler.get_scale() >= scale_before if scaler.is_enabled() else False
+    if stepped:
+        scheduler.step()
+    return stepped
+
+
+def sched_growth_tracker(scaler, scheduler, scale_before):
+    stepped = scaler._get_growth_tracker() > 0 or scaler.get_scale() > scale_before
+    if stepped:
+        scheduler.step()
+    return stepped
+
+
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (sched_enabled_only, "you returned False and did not step the scheduler"),
+        (sched_enabled_ternary, "iteration 0 was a real optimizer update, but you returned False"),
+        (sched_growth_tracker, "With a disabled GradScaler (BF16 training"),
+    ],
+    ids=lambda f: getattr(f, "__name__", "words"),
+)
+def test_scheduler_with_a_disabled_scaler_is_judged(fn, words):
+    result = check_scheduler_step(fn)
+    assert result.status == "failed" and words in result.message, result.message
+
+
+def sched_disabled_first(scaler, scheduler, scale_before):
+    if not scaler.is_enabled():  # BF16: no loss scaling, so no skipped steps
+        scheduler.step()
+        return True
+    skipped = scaler.get_scale() < scale_before
+    if not skipped:
+        scheduler.step()
+    return not skipped
+
+
+def sched_isclose(scaler, scheduler, scale_before):
+    import math
+
+    now = scaler.get_scale()
+    real = now > scale_before or math.isclose(now, scale_before)
+    if real:
+        scheduler.step()
+    return real
+
+
+def sched_ratio(scaler, scheduler, scale_before):
+    ratio = scaler.get_scale() / scale_before
+    if ratio < 1.0:
+        return False
+    scheduler.step()
+    return True
+
+
+@pytest.mark.parametrize("fn", [sched_disabled_first, sched_isclose, sched_ratio], ids=lambda f: f.__name__)
+def test_scheduler_correct_styles_pass_with_the_disabled_scaler(fn):
+    result = check_scheduler_step(fn)
+    assert result.status == PASSED, result.message
+
+
+def unscales_by_hand(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    inv = 1.0 / scaler.get_scale()
+    for p in model.parameters():
+        p.grad.mul_(inv)  # by hand; scaler.step will divide again
+    if max_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def loss_divided_by_the_scale(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss / scaler.get_scale()).backward()  # "undo the scaling before backward"
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def test_gradients_divided_twice_are_named():
+    result = check_train_step(unscales_by_hand)
+    assert result.status == "failed", result.message
+    assert "divided by the loss scale twice" in result.message and "Clip only" not in result.message
+
+
+def test_a_loss_divided_by_the_scale_is_named_as_unscaled_backward():
+    result = check_train_step(loss_divided_by_the_scale)
+    assert result.status == "failed" and "backward ran on the unscaled loss" in result.message, result.message
+
+
+def unscale_always_then_clip(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
+    optimizer.zero_grad(set_to_none=False)
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        loss = loss_fn(model(inputs), targets)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # harmless without clipping: step() then skips its own unscale
+    if max_norm:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def test_unscaling_through_the_scaler_every_step_passes():
+    result = check_train_step(unscale_always_then_clip)
+    assert result.status == PASSED, result.message

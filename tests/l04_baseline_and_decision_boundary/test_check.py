@@ -898,3 +898,124 @@ def _judge_quality_over_all_rows(reference, trial, labels, criteria):
 def test_review_judge_trial_names_unlabelled_rows_counted():
     result = check_judge_trial(_judge_quality_over_all_rows)
     assert result.status == "failed" and "leave those rows out of the accuracy" in result.message
+
+
+# ----------------------------------- issue 19: 04.3's NaN near zero, softmaxed margins, and two messages
+
+
+def _judge(reference, trial, labels, criteria, *, scores=None, to_labels=False, strict=False, zero_nan=False):
+    """A judge_trial in a learner's style, with one known slip switched on."""
+    raw = trial.float()
+    compared = torch.nan_to_num(raw, nan=0.0) if zero_nan else raw
+    finite = bool(torch.isfinite(raw).all()) or criteria.nonfinite == "allow"
+    numeric = bool(((compared - reference).abs() <= criteria.atol + criteria.rtol * reference.abs()).all())
+    prepare = scores or (lambda s: s)
+    ref_d = decide(prepare(reference), criteria.tie_tolerance)
+    trial_d = decide(prepare(raw), criteria.tie_tolerance)
+    changed = int((trial_d != (labels if to_labels else ref_d)).sum())
+    decision = changed <= criteria.allowed_decision_changes
+    quality = True
+    if criteria.min_quality is not None:
+        scored = labels >= 0
+        acc = float((trial_d[scored] == labels[scored]).float().mean()) if scored.any() else math.nan
+        quality = acc > criteria.min_quality if strict else acc >= criteria.min_quality
+    out = dict(finite=finite, numeric=numeric, decision=decision, quality=bool(quality))
+    out["passed"] = all(out.values())
+    return out
+
+
+def judge_zeroes_nan(r, t, labels, c):
+    return _judge(r, t, labels, c, zero_nan=True)
+
+
+def judge_softmaxed(r, t, labels, c):
+    return _judge(r, t, labels, c, scores=lambda s: torch.softmax(s.float(), dim=1))
+
+
+def judge_decisions_vs_labels(r, t, labels, c):
+    return _judge(r, t, labels, c, to_labels=True)
+
+
+def judge_strict_minimum(r, t, labels, c):
+    return _judge(r, t, labels, c, strict=True)
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (judge_zeroes_nan, "Case 'NaN where the reference is near zero'"),
+        (judge_softmaxed, "Case 'margins of the raw scores'"),
+        (judge_decisions_vs_labels, "never the labels"),
+        (judge_strict_minimum, "not `>`"),
+    ],
+    ids=["nan_to_num", "softmax", "vs labels", "> min_quality"],
+)
+def test_judge_trial_names_the_real_mistake(wrong, words):
+    result = check_judge_trial(wrong)
+    assert result.status == "failed" and words in result.message, result.message
+    assert "tie tolerance" not in result.message and "leave those rows out" not in result.message
+
+
+def judge_numpy_style(reference, trial, labels, criteria):
+    ref, tri = reference.double().numpy(), trial.double().numpy()
+    lab = labels.numpy()
+    finite = bool(np.isfinite(tri).all()) or criteria.nonfinite == "allow"
+    with np.errstate(invalid="ignore"):
+        numeric = bool(np.all(np.abs(tri - ref) <= criteria.atol + criteria.rtol * np.abs(ref)))
+    rd = decide(reference, criteria.tie_tolerance).numpy()
+    td = decide(trial.float(), criteria.tie_tolerance).numpy()
+    decision = int((rd != td).sum()) <= criteria.allowed_decision_changes
+    quality = True
+    if criteria.min_quality is not None:
+        mask = lab >= 0
+        quality = bool(mask.any()) and float((td[mask] == lab[mask]).mean()) >= criteria.min_quality
+    return {
+        "finite": finite,
+        "numeric": numeric,
+        "decision": decision,
+        "quality": quality,
+        "passed": finite and numeric and decision and quality,
+    }
+
+
+def judge_allclose_per_row(reference, trial, labels, criteria):
+    trial = trial.to(torch.float32)
+    finite = criteria.nonfinite == "allow" or not bool((~torch.isfinite(trial)).any())
+    numeric = all(
+        torch.allclose(t, r, rtol=criteria.rtol, atol=criteria.atol) for t, r in zip(trial, reference)
+    )
+    d_ref, d_trial = decide(reference, criteria.tie_tolerance), decide(trial, criteria.tie_tolerance)
+    decision = (d_ref != d_trial).count_nonzero().item() <= criteria.allowed_decision_changes
+    if criteria.min_quality is None:
+        quality = True
+    else:
+        right = [int(d) == int(y) for d, y in zip(d_trial, labels) if y >= 0]
+        quality = bool(right) and sum(right) / len(right) >= criteria.min_quality
+    verdict = {"finite": finite, "numeric": numeric, "decision": decision, "quality": quality}
+    verdict["passed"] = all(verdict.values())
+    return verdict
+
+
+@pytest.mark.parametrize("variant", [judge_numpy_style, judge_allclose_per_row], ids=lambda f: f.__name__)
+def test_judge_trial_accepts_new_styles_on_the_new_cases(variant):
+    result = check_judge_trial(variant)
+    assert result.passed, result.message
+
+
+def criteria_with_a_bad_value():
+    return Criteria(
+        application="router",
+        atol=0.05,
+        rtol=0.01,
+        min_quality=80,
+        nonfinite="fail",
+        tie_rule="abstain",
+        tie_tolerance=0.1,
+        allowed_decision_changes=0,
+    )
+
+
+def test_criteria_error_points_at_the_learners_line_not_the_generated_init():
+    result = check_criteria(criteria_with_a_bad_value)
+    assert result.status == "failed" and "min_quality is a fraction" in result.message, result.message
+    assert "of criteria_with_a_bad_value()" in result.message and "__init__()" not in result.message

@@ -453,26 +453,42 @@ def test_notebook_two_level_judge_agrees_with_compare():
 
 
 def test_baseline_records_whether_fp32_was_fp32():
-    from amp_lessons.core.environment import float32_matmul_settings
+    """The baseline records the switches of the precision API this torch has (never both APIs)."""
+    from amp_lessons.core.environment import (
+        FP32_PRECISION_OPS,
+        LEGACY_FP32_SWITCHES,
+        float32_matmul_settings,
+        fp32_precision_backend,
+        fp32_precision_name,
+        has_fp32_precision_api,
+    )
 
     baseline = record_baseline(torch.tensor([[2.0, 0.0]]))
     assert baseline.float32_settings == float32_matmul_settings()
-    assert set(baseline.float32_settings) == {
-        "torch.get_float32_matmul_precision()",
-        "torch.backends.cuda.matmul.allow_tf32",
-        "torch.backends.cudnn.allow_tf32",
-    }
-    previous = torch.get_float32_matmul_precision()
+    if not has_fp32_precision_api():  # torch < 2.9: the legacy switches
+        assert set(baseline.float32_settings) == set(LEGACY_FP32_SWITCHES)
+        previous = torch.get_float32_matmul_precision()
+        try:
+            torch.set_float32_matmul_precision("high")
+            assert (
+                record_baseline(torch.tensor([[2.0, 0.0]])).float32_settings[
+                    "torch.get_float32_matmul_precision()"
+                ]
+                == "high"
+            )
+        finally:
+            torch.set_float32_matmul_precision(previous)
+        return
+    expected = {fp32_precision_name(path) for path, _ in FP32_PRECISION_OPS if fp32_precision_backend(path)}
+    assert set(baseline.float32_settings) == expected and not set(LEGACY_FP32_SWITCHES) & expected
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.fp32_precision
     try:
-        torch.set_float32_matmul_precision("high")
-        assert (
-            record_baseline(torch.tensor([[2.0, 0.0]])).float32_settings[
-                "torch.get_float32_matmul_precision()"
-            ]
-            == "high"
-        )
+        matmul.fp32_precision = "tf32"
+        recorded = record_baseline(torch.tensor([[2.0, 0.0]])).float32_settings
+        assert recorded["torch.backends.cuda.matmul.fp32_precision"] == "tf32"
     finally:
-        torch.set_float32_matmul_precision(previous)
+        matmul.fp32_precision = previous
 
 
 def test_short_table_shows_at_most_ten_rows_and_keeps_the_rest():

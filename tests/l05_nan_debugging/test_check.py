@@ -417,6 +417,9 @@ FINDER_RULE_CASES = {
     "autocast for another device": finder_cuda_autocast,
     "autocast in another dtype": finder_default_dtype,
     "ran without autocast": finder_without_autocast,
+    "containers skipped": lambda model, inputs, dtype: _hooked_finder(lambda n, m: not list(m.children()))(
+        model, inputs, dtype
+    ),
     "kept the last": finder_last_leaf,
     "NaN only": finder_nan_only,
     "inf only": finder_inf_only,
@@ -600,3 +603,123 @@ def test_finder_rules_carry_their_evidence():
     ]
     assert l05.a_name_where_everything_is_finite.details(wrong) == []
     assert l05.another_module.details(wrong)[1] == "case B: you returned '', expected 'fc1'"
+
+
+# ----------------------------------- issue 19: a container's own overflow, the dtype argument, autocast left on
+
+
+def _hooked_finder(select=lambda name, module: True, *, dtype_used=None):
+    def finder(model, inputs, dtype):
+        found = []
+
+        def hook(name):
+            def record(module, args, output):
+                if not found and isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
+                    found.append(name)
+
+            return record
+
+        handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if select(n, m)]
+        try:
+            with torch.no_grad(), torch.autocast(inputs.device.type, dtype=dtype_used or dtype):
+                model(inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return found[0] if found else None
+
+    return finder
+
+
+def test_a_container_computes_its_own_overflow_and_dtype_cases_hold():
+    label, model, inputs, expected = cases.finder_cases()[-1]
+    assert expected == "block" and isinstance(model.block, cases.GainBlock)
+    for label, model, inputs, dtype, expected in cases.dtype_cases():
+        assert cases.first_name(cases.outputs_in_finish_order(model, inputs, dtype)) == expected, label
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_hooked_finder(lambda n, m: not list(m.children())), "is a container, and its own forward code"),
+        (
+            _hooked_finder(lambda n, m: isinstance(m, torch.nn.Linear)),
+            "is a container, and its own forward code",
+        ),
+        (_hooked_finder(dtype_used=torch.float16), "not in the dtype it was given (bfloat16)"),
+    ],
+    ids=["no children", "Linear only", "always float16"],
+)
+def test_finder_leaves_only_and_fixed_float16_are_named(wrong, words):
+    result = check_first_nonfinite_module(wrong)
+    assert result.status == "failed" and words in result.message, result.message
+
+
+def finder_with_global_hook(model, inputs, dtype):
+    names = {module: name for name, module in model.named_modules()}
+    found = []
+
+    def record(module, args, output):
+        if module in names and not found and not torch.isfinite(output).all():
+            found.append(names[module])
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        with torch.inference_mode(), torch.amp.autocast(inputs.device.type, dtype=dtype):
+            model(inputs)
+    finally:
+        handle.remove()
+    return next(iter(found), None)
+
+
+def finder_with_pre_and_post_hooks(model, inputs, dtype):
+    order, bad = [], {}
+    handles = []
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(lambda m, a, n=name: order.append(n)))
+
+        def post(m, a, out, n=name):
+            if not bool(out.isfinite().all()):
+                bad.setdefault(n, len(bad))  # a hook that returns a value would replace the output
+
+        handles.append(module.register_forward_hook(post))
+    try:
+        with torch.autocast(device_type=inputs.device.type, dtype=dtype), torch.no_grad():
+            model(inputs)
+    finally:
+        [h.remove() for h in handles]
+    return min(bad, key=bad.get) if bad else None
+
+
+@pytest.mark.parametrize(
+    "variant", [finder_with_global_hook, finder_with_pre_and_post_hooks], ids=lambda f: f.__name__
+)
+def test_finder_new_styles_pass_on_the_new_cases(variant):
+    result = check_first_nonfinite_module(variant)
+    assert result.passed, result.message
+
+
+def texture_autocast_switched_on(model, x):
+    torch.set_autocast_enabled(x.device.type, True)  # "make sure autocast is on"
+    h = model.features(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        gram = h.float().transpose(1, 2) @ h.float()
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+def texture_switch_by_hand(model, x):
+    h = model.features(x)
+    torch.set_autocast_enabled(x.device.type, False)
+    gram = h.float().transpose(1, 2) @ h.float()
+    torch.set_autocast_enabled(x.device.type, True)  # "back on" — also when the caller had it off
+    return model.head((gram / h.shape[1]).flatten(1))
+
+
+@pytest.mark.parametrize(
+    "wrong", [texture_autocast_switched_on, texture_switch_by_hand], ids=lambda f: f.__name__
+)
+def test_texture_forward_leaving_autocast_on_is_named(wrong):
+    result = check_texture_forward(wrong)
+    assert result.status == "failed" and "left autocast switched on after it returned" in result.message
+    assert "keep the math as it is" not in result.message
+    assert not autocast_enabled("cpu")

@@ -1010,3 +1010,103 @@ def test_the_temporary_folder_rule_reads_folders_inside_the_checkpoints_as_the_s
     sibling = replace(GOOD_SAVE, saves=["/running/x"], moves=[("/running/x", "/run/run.ckpt")])
     assert first_mistake(l06.SAVE_MISTAKES, inside) is None
     assert first_mistake(l06.SAVE_MISTAKES, sibling).name == "temporary file in another folder"
+
+
+# ----------------------------------- issue 19: 06.1 looks inside the file and checks each part by value
+
+
+def _without(*parts):
+    """An atomic save whose payload lacks ``parts`` ("scaler", "python", ...; "all but model and step")."""
+
+    def save(path, model, optimizer, scaler, step, config):
+        payload = _payload(model, optimizer, scaler, step, config)
+        for part in parts:
+            if part in payload:
+                del payload[part]
+            else:
+                del payload["rng"][part]
+        _atomic(payload, path)
+
+    save.__name__ = "save_without_" + "_".join(parts)
+    return save
+
+
+def save_only_model_and_step(path, model, optimizer, scaler, step, config):
+    _atomic({"model": model.state_dict(), "step": step}, path)
+
+
+def save_stale_model(path, model, optimizer, scaler, step, config):
+    payload = _payload(model, optimizer, scaler, step, config)
+    payload["model"] = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}  # not the weights
+    _atomic(payload, path)
+
+
+def save_rng_drawn_after(path, model, optimizer, scaler, step, config):
+    random.random()  # the state saved is not the state the run is in
+    payload = _payload(model, optimizer, scaler, step, config)
+    _atomic(payload, path)
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_without("scaler"), "holds no GradScaler state"),
+        (_without("python"), "does not hold Python's RNG state"),
+        (_without("numpy"), "does not hold NumPy's RNG state"),
+        (_without("torch"), "does not hold torch's RNG state"),
+        (_without("config"), "does not hold the run's config"),
+        (_without("optimizer"), "holds no optimizer state"),
+        (save_only_model_and_step, "holds no optimizer state"),
+        (save_only_model_and_step, "Also missing: the GradScaler state, the config, Python's RNG state"),
+        (save_stale_model, "does not hold the model's weights"),
+        (save_rng_drawn_after, "does not hold Python's RNG state"),
+    ],
+    ids=range(10),
+)
+def test_save_check_looks_inside_the_file(wrong, words):
+    result = check_save_checkpoint(wrong)
+    assert result.status == "failed" and words in result.message, result.message
+
+
+def save_nested_with_json_config(path, model, optimizer, scaler, step, config):
+    import json
+
+    state = {
+        "weights": {"net": model.state_dict()},
+        "training": {"opt": optimizer.state_dict(), "amp": scaler.state_dict(), "at": step},
+        "meta": json.dumps(config),
+        "generators": [random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state()],
+    }
+    tmp = os.path.join(os.path.dirname(path), ".writing-" + os.path.basename(path))
+    try:
+        with open(tmp, "wb") as handle:
+            torch.save(state, handle)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def save_rng_as_int_tensors(path, model, optimizer, scaler, step, config):
+    version, internal, gauss = random.getstate()
+    payload = {
+        "step": torch.tensor(step),
+        "config": {**config},
+        "model": {k: v.clone() for k, v in model.state_dict().items()},
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+        "scaler": scaler.state_dict(),
+        "python_rng": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
+        "numpy_rng": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
+        "torch_rng": torch.get_rng_state().clone(),
+    }
+    _atomic(payload, path)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [save_nested_with_json_config, save_rng_as_int_tensors, save_with_package_rng],
+    ids=lambda f: f.__name__,
+)
+def test_save_check_accepts_complete_files_in_other_shapes(variant):
+    result = check_save_checkpoint(variant)
+    assert result.passed, result.message

@@ -841,3 +841,141 @@ def test_the_shared_rules_are_worded_and_recognised_as_shared():
         assert table[shared.name].recognise is shared.recognise, shared.name
     assert all(rule.message is not step_rules.own_words for rule in l08.ACCUMULATE_STEP_RULES)
     assert len(table) == len(l08.ACCUMULATE_STEP_RULES)  # one rule per name
+
+
+# ----------------------------------- issue 19: a step taken at i % k == 0, and gradients unscaled twice
+
+
+def step_at_i_mod_k(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    k = len(micro_batches)
+    optimizer.zero_grad()
+    losses = []
+    for i, (inputs, targets) in enumerate(micro_batches):
+        with torch.autocast(inputs.device.type, dtype=dtype):
+            loss = loss_fn(model(inputs), targets)
+        scaler.scale(loss / k).backward()
+        losses.append(loss.detach())
+        if i % k == 0:  # meant "after the k-th", true at i = 0
+            if max_norm is not None:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+    return torch.stack(losses).mean()
+
+
+def unscale_by_hand_after_the_loop(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    optimizer.zero_grad()
+    losses = []
+    for inputs, targets in micro_batches:
+        with torch.autocast(inputs.device.type, dtype=dtype):
+            loss = loss_fn(model(inputs), targets)
+        scaler.scale(loss / len(micro_batches)).backward()
+        losses.append(loss.detach())
+    for p in model.parameters():
+        p.grad.div_(scaler.get_scale())
+    if max_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return torch.stack(losses).mean()
+
+
+def test_a_step_at_i_mod_k_is_told_once_not_k_times():
+    result = check_accumulate_step(step_at_i_mod_k)
+    assert result.status == "failed", result.message
+    assert (
+        "once right after micro-batch 1 of 4" in result.message
+        and "4 small optimizer steps" not in result.message
+    )
+
+
+def test_gradients_unscaled_twice_in_an_accumulated_step_are_named():
+    result = check_accumulate_step(unscale_by_hand_after_the_loop)
+    assert result.status == "failed" and "divided by the loss scale twice" in result.message, result.message
+
+
+# ----------------------------------- issue 19, the class round: correct steps written otherwise, more slips
+
+
+def class_divides_grad_after(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    for p in model.parameters():
+        p.grad = None
+    total, k = 0.0, len(micro_batches)
+    for x, y in micro_batches:
+        with torch.amp.autocast(device_type=x.device.type, dtype=dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()  # summed ...
+        total += loss.item()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.div_(k)  # ... then divided once: the same gradient as loss / k per micro-batch
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return torch.tensor(total / k)
+
+
+def class_one_backward_of_the_mean(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    optimizer.zero_grad()
+    losses = []
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, dtype=dtype):
+            losses.append(loss_fn(model(x), y))
+    loss = torch.stack([value.float() for value in losses]).mean()
+    scaler.scale(loss).backward()
+    if max_norm:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def class_step_on_the_last(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    k, running = len(micro_batches), 0
+    for i, (x, y) in enumerate(micro_batches):
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            loss = loss_fn(model(x), y) / k
+        scaler.scale(loss).backward()
+        running = running + loss.detach()
+        if (i + 1) % k == 0:
+            if max_norm is not None:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+    return running
+
+
+@pytest.mark.parametrize(
+    "step",
+    [class_divides_grad_after, class_one_backward_of_the_mean, class_step_on_the_last],
+    ids=lambda f: f.__name__,
+)
+def test_class_round_correct_steps_pass(step):
+    result = check_accumulate_step(step)
+    assert result.status == PASSED, result.message
+
+
+def class_loss_and_grad_divided(model, optimizer, scaler, loss_fn, micro_batches, *, dtype, max_norm):
+    optimizer.zero_grad()
+    k, losses = len(micro_batches), []
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, dtype=dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss / k).backward()
+        losses.append(loss.detach())
+    for p in model.parameters():
+        p.grad.div_(k)  # divided a second time
+    scaler.step(optimizer)
+    scaler.update()
+    return torch.stack(losses).mean()
+
+
+def test_class_round_gradients_divided_twice_are_named():
+    result = check_accumulate_step(class_loss_and_grad_divided)
+    assert result.status == "failed" and "a second time, after the loop" in result.message, result.message

@@ -9,7 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amp_lessons.core.environment import float32_matmul_settings, float32_settings_text, one_cpu_thread
+from amp_lessons.core.environment import (
+    float32_matmul_settings,
+    float32_settings_text,
+    has_fp32_precision_api,
+    one_cpu_thread,
+)
 from amp_lessons.core.models import DeepSigmoidMLP, OutlierFeatureMLP, TinyClassifier, seeded_weights
 from amp_lessons.l03_autocast_and_gradscaler.probes import recorded_call
 from amp_lessons.l03_autocast_and_gradscaler.training import train_step
@@ -187,12 +192,19 @@ def test_emulated_tf32_rounds_matmul_inputs_only_inside_the_block():
 def test_fp32_reference_settings_pin_and_restore(monkeypatch):
     before = float32_matmul_settings()
     with loop_numerics.real_tf32() as loose:
-        assert loose["torch.get_float32_matmul_precision()"] == "high"
+        if has_fp32_precision_api():  # torch >= 2.9: the new API only
+            assert loose["torch.backends.cuda.matmul.fp32_precision"] == "tf32"
+        else:
+            assert loose["torch.get_float32_matmul_precision()"] == "high"
         with loop_numerics.fp32_reference_settings() as pinned:
-            assert pinned["torch.get_float32_matmul_precision()"] == "highest"
-            assert pinned["torch.backends.cudnn.allow_tf32"] is False
+            if has_fp32_precision_api():
+                assert pinned["torch.backends.cuda.matmul.fp32_precision"] == "ieee"
+                assert pinned["torch.backends.cudnn.conv.fp32_precision"] == "ieee"
+            else:
+                assert pinned["torch.get_float32_matmul_precision()"] == "highest"
+                assert pinned["torch.backends.cudnn.allow_tf32"] is False
     assert float32_matmul_settings() == before
-    assert "TF32" in float32_settings_text(before)
+    assert "tf32" in float32_settings_text(before).lower()
 
 
 def test_spacing_table_shows_tf32_like_fp16_precision_with_fp32_range():

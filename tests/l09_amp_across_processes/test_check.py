@@ -582,3 +582,29 @@ def averages_weights_after_the_step(model, optimizer, scaler, loss_fn, inputs, t
 def test_class_mistakes_are_named(fn, words):
     result = check_synced_train_step(fn)
     assert not result.passed and words in result.message, result.message
+
+
+# ----------------------------------- issue 19: gloo's words in whole sentences, and where a rank only noticed
+
+
+def test_gloo_words_are_whole_sentences():
+    from types import SimpleNamespace
+
+    output = (
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+        "/x/gloo/transport/tcp/pair.cc:464] op.preamble.length <= op.nbytes. 96 vs 4. Received data size "
+        "doesn't match expected size. Is there a distributed collective mismatch in your code?"
+    )
+    outcome = SimpleNamespace(
+        output=output, error="the process ended without an answer (killed by signal SIGABRT)"
+    )
+    words = l09._gloo_words(outcome)
+    assert words.startswith("gloo: 'Received data size doesn't match expected size.'")
+    assert words.endswith("(killed by signal SIGABRT)")
+
+
+def test_a_collective_mismatch_says_where_a_rank_noticed_not_where_it_went_wrong():
+    result = check_synced_train_step(collective_on_rank0_only)
+    assert "did not run the same collectives" in result.message
+    assert "out an answer" not in result.message.replace("without an answer", "")
+    assert "matched by their order, not their line" in result.message
