@@ -165,42 +165,127 @@ def cpu_has_native_bf16() -> bool | None:
     return any(answers) if answers else None
 
 
-def float32_matmul_settings() -> dict:
-    """The switches that decide whether an "FP32" matmul or convolution really computes in FP32.
+# torch >= 2.9 controls float32 precision per backend and op with ``fp32_precision`` attributes; the legacy
+# switches (``allow_tf32``, ``set_float32_matmul_precision``) still exist there, but reading a legacy switch
+# after the new API set something raises ("you have used mix of the legacy and new APIs"). So the course reads
+# and pins with whichever API the installed torch has, and never with the other one.
+FP32_PRECISION_OPS = (  # (attribute path under torch.backends, how the card names it)
+    ("cuda.matmul", "CUDA matmul"),
+    ("cudnn.conv", "cuDNN conv"),
+    ("cudnn.rnn", "cuDNN RNN"),
+    ("mkldnn.matmul", "oneDNN (CPU) matmul"),
+    ("mkldnn.conv", "oneDNN conv"),
+    ("mkldnn.rnn", "oneDNN RNN"),
+)
+LEGACY_FP32_SWITCHES = (
+    "torch.get_float32_matmul_precision()",
+    "torch.backends.cuda.matmul.allow_tf32",
+    "torch.backends.cudnn.allow_tf32",
+)
 
-    On NVIDIA GPUs since Ampere, TF32 keeps FP32's range but only 10 mantissa bits for the products inside a
-    matmul: about 1e-3 relative error instead of 1e-7. Defaults (torch 2.x): CUDA matmuls do *not* use it
-    (``allow_tf32`` False, ``float32_matmul_precision`` 'highest'), cuDNN convolutions *do*
-    (``cudnn.allow_tf32`` True). A baseline that calls itself FP32 records and pins these (lesson 08). On a
-    CPU they change nothing the course measures, but they are part of the recipe a GPU run reuses.
-    """
+
+def has_fp32_precision_api() -> bool:
+    """Whether this torch has ``torch.backends.fp32_precision`` (torch 2.9 and later)."""
+    return hasattr(torch.backends, "fp32_precision")
+
+
+def fp32_precision_backend(path: str):
+    """``torch.backends.cuda.matmul`` for ``'cuda.matmul'``; None where this torch lacks it."""
+    obj = torch.backends
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def fp32_precision_name(path: str) -> str:
+    """The full attribute name of one new-API switch: 'torch.backends.cuda.matmul.fp32_precision'."""
+    return f"torch.backends.{path}.fp32_precision"
+
+
+def _new_api_settings() -> dict:
+    settings = {}
+    for path, _ in FP32_PRECISION_OPS:
+        backend = fp32_precision_backend(path)
+        if backend is not None:
+            # torch resolves 'none' through the backend and the global setting; 'none' left means IEEE FP32
+            settings[fp32_precision_name(path)] = str(backend.fp32_precision)
+    return settings
+
+
+def _legacy_settings() -> dict:
     settings = {}
     readers = (
-        ("torch.get_float32_matmul_precision()", torch.get_float32_matmul_precision),
-        ("torch.backends.cuda.matmul.allow_tf32", lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
-        ("torch.backends.cudnn.allow_tf32", lambda: bool(torch.backends.cudnn.allow_tf32)),
+        torch.get_float32_matmul_precision,
+        lambda: bool(torch.backends.cuda.matmul.allow_tf32),
+        lambda: bool(torch.backends.cudnn.allow_tf32),
     )
-    for name, read in readers:
+    for name, read in zip(LEGACY_FP32_SWITCHES, readers):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # newer torch may announce a successor API when these are read
+            warnings.simplefilter("ignore")
             try:
                 settings[name] = read()
-            except Exception as exc:  # a build that refuses to mix the old and new precision APIs
+            except Exception as exc:  # kept so a card never fails to display
                 settings[name] = f"unreadable ({type(exc).__name__})"
     return settings
 
 
+def float32_matmul_settings() -> dict:
+    """The switches that decide whether an "FP32" matmul, convolution or RNN really computes in FP32.
+
+    On NVIDIA GPUs since Ampere, TF32 keeps FP32's range but only 10 mantissa bits for the products inside a
+    matmul: about 1e-3 relative error instead of 1e-7; on CPUs with BF16 instructions (AVX512-BF16, AMX)
+    oneDNN can likewise run float32 matmuls in BF16. On torch 2.9 and later this reads the ``fp32_precision``
+    of each backend and op (``'ieee'``, ``'tf32'``, ``'bf16'``; ``'none'`` = not set, which is IEEE FP32),
+    and never a legacy switch; on older torch the legacy ones. Defaults: CUDA matmuls FP32, cuDNN convolutions
+    and RNNs TF32, oneDNN FP32. A baseline that calls itself FP32 records and pins these (lessons 04 and 08).
+    """
+    return _new_api_settings() if has_fp32_precision_api() else _legacy_settings()
+
+
+def reduced_matmul_switches(settings: dict, device_type: str) -> list[str]:
+    """The switches in ``settings`` that let float32 matmuls on ``device_type`` compute below FP32.
+
+    CUDA: TF32 (``cuda.matmul`` ``'tf32'``; legacy: precision 'high'/'medium' or ``allow_tf32``). CPU: oneDNN
+    in BF16 or TF32 (``mkldnn.matmul``; legacy: precision 'medium'), which only CPUs with BF16 (or TF32)
+    instructions act on. An empty list: the matmuls were true FP32.
+    """
+    legacy_precision = settings.get("torch.get_float32_matmul_precision()")
+    found = []
+    if device_type == "cuda":
+        if settings.get("torch.backends.cuda.matmul.fp32_precision") == "tf32":
+            found.append("torch.backends.cuda.matmul.fp32_precision")
+        if legacy_precision not in (None, "highest"):
+            found.append("torch.get_float32_matmul_precision()")
+        if settings.get("torch.backends.cuda.matmul.allow_tf32") is True:
+            found.append("torch.backends.cuda.matmul.allow_tf32")
+    else:
+        if settings.get("torch.backends.mkldnn.matmul.fp32_precision") in ("bf16", "tf32"):
+            found.append("torch.backends.mkldnn.matmul.fp32_precision")
+        if legacy_precision == "medium":
+            found.append("torch.get_float32_matmul_precision()")
+    return found
+
+
 def float32_settings_text(settings: dict | None = None) -> str:
-    """One line for the environment card: the matmul precision and both TF32 switches."""
+    """One line for the environment card: what each backend's float32 ops really compute in."""
     settings = float32_matmul_settings() if settings is None else settings
-    on_off = {True: "on", False: "off"}
-    matmul = settings.get("torch.backends.cuda.matmul.allow_tf32")
-    cudnn = settings.get("torch.backends.cudnn.allow_tf32")
-    return (
-        f"float32 matmul precision '{settings.get('torch.get_float32_matmul_precision()')}'; "
-        f"TF32 CUDA matmuls {on_off.get(matmul, matmul)}, TF32 cuDNN convolutions "
-        f"{on_off.get(cudnn, cudnn)}"
-    )
+    if any(name in settings for name in LEGACY_FP32_SWITCHES):
+        on_off = {True: "on", False: "off"}
+        matmul = settings.get("torch.backends.cuda.matmul.allow_tf32")
+        cudnn = settings.get("torch.backends.cudnn.allow_tf32")
+        return (
+            f"float32 matmul precision '{settings.get('torch.get_float32_matmul_precision()')}'; "
+            f"TF32 CUDA matmuls {on_off.get(matmul, matmul)}, TF32 cuDNN convolutions "
+            f"{on_off.get(cudnn, cudnn)} (legacy TF32 switches: torch < 2.9)"
+        )
+    parts = []
+    for path, what in FP32_PRECISION_OPS:
+        value = settings.get(fp32_precision_name(path))
+        if value is not None:
+            parts.append(f"{what} {'ieee' if value == 'none' else value}")
+    return ", ".join(parts) + " (fp32_precision API; ieee = true FP32)"
 
 
 @dataclass
@@ -260,7 +345,7 @@ class Environment:
         works, note = self.grad_scaler
         rows.append(("GradScaler", ("available" if works else "not available") + f" ({note})"))
         if self.float32_settings:
-            rows.append(("FP32 matmuls", float32_settings_text(self.float32_settings)))
+            rows.append(("float32 precision", float32_settings_text(self.float32_settings)))
         if not self.is_gpu:
             rows.append(("CPU BF16 instructions", yes_no[self.cpu_native_bf16]))
         rows.append(("seed", str(self.seed)))

@@ -168,12 +168,14 @@ def accuracy(decisions, labels) -> float:
 class Baseline:
     """The FP32 reference outputs: scores, decisions and margins per sample, and quality on the set.
 
-    ``float32_settings`` records whether "FP32" really was FP32 when the reference was computed: on
-    NVIDIA GPUs since Ampere, ``torch.backends.cuda.matmul.allow_tf32`` (or a
-    ``torch.get_float32_matmul_precision()`` of 'high', or 'medium' which also allows bfloat16) lets
-    float32 matmuls run in TF32, with about 1e-3 relative error instead of 1e-7, and
-    ``torch.backends.cudnn.allow_tf32`` does the same for convolutions. A reference computed that way is not
-    an FP32 reference; the record says so next to the scores.
+    ``float32_settings`` records whether "FP32" really was FP32 when the reference was computed
+    (:func:`amp_lessons.core.environment.float32_matmul_settings`, with the precision API the installed torch
+    has). On NVIDIA GPUs since Ampere, ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` (torch 2.9
+    and later; the legacy switches are ``allow_tf32`` and ``set_float32_matmul_precision("high")``) lets
+    float32 matmuls run in TF32, with about 1e-3 relative error instead of 1e-7; ``cudnn.conv`` does the same
+    for convolutions and is ``"tf32"`` by default; on CPUs with BF16 instructions oneDNN's ``"bf16"`` (or the
+    legacy ``"medium"``) runs float32 matmuls in BF16. A reference computed that way is not an FP32
+    reference; the record says so next to the scores.
     """
 
     scores: torch.Tensor
