@@ -24,6 +24,7 @@ ops that autocast must not touch, ``torch.compile`` under autocast, and normalis
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import shutil
 import time
@@ -283,6 +284,7 @@ COMPILE_MESSAGES = (
     ("No CUDA runtime", "no CUDA runtime here, so inductor generates C++ for the CPU"),
     ("TensorFloat32", "TF32 is available but off, so float32 matmuls stay float32"),
     ("recompil", "a recompile: a guard (shape, dtype, autocast state) changed"),
+    ("cache_size_limit", "too many recompiles of one function, so dynamo runs it eagerly from now on"),
 )
 
 
@@ -319,7 +321,7 @@ class _Keep(logging.Handler):
 
 @contextlib.contextmanager
 def expected_compile_messages(show=print):
-    """Catch what torch's loggers and ``warnings`` emit inside the block, then ``show`` one line about it.
+    """Catch what torch's loggers, ``warnings`` and stderr prints emit inside the block, then ``show`` one line.
 
     torch attaches its own handlers to its loggers (``torch``, ``torch._dynamo``, ...); inside the block
     they hand their records to a list instead of printing them, and are put back afterwards.
@@ -333,14 +335,18 @@ def expected_compile_messages(show=print):
         if logger.handlers or name == "torch":
             swapped.append((logger, list(logger.handlers)))
             logger.handlers = [keep]
+    printed = (
+        io.StringIO()
+    )  # some releases print() their notes to stderr instead (torch 2.4: "No CUDA runtime")
     try:
-        with warnings.catch_warnings(record=True) as warned:
+        with warnings.catch_warnings(record=True) as warned, contextlib.redirect_stderr(printed):
             warnings.simplefilter("always")
             yield caught
         caught.extend(str(w.message) for w in warned)
     finally:
         for logger, handlers in swapped:
             logger.handlers = handlers
+        caught.extend(line for line in printed.getvalue().splitlines() if line.strip())
     line = compile_summary(caught)
     if line and show is not None:
         show(line)
