@@ -166,3 +166,78 @@ gpu-report: $(TEST_STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# A class on JupyterHub (deploy/jupyterhub/README.md; the instructor guide's "Run the workshop on a hub").
+# `make hub` starts the hub on http://127.0.0.1:8000 for a dry run: as root, one UNIX account per learner; otherwise
+# every server runs as you. The hub's packages go into $(HUB_VENV), which sees the course's $(VENV) through a .pth file
+# (torch is not installed twice, and $(VENV) stays what laptops have); the proxy, npm's configurable-http-proxy, into
+# .hub-node/. Learners' servers run $(HUB_VENV)'s Python as the learner's account, so HUB_PYTHON (its interpreter)
+# must be one every account can run, of $(VENV)'s Python version: /usr/bin/python3, not one under /root or a home.
+# $(HUB_VENV)/bin also gets $(VENV)'s commands (nbgrader, alembic, jupyter), pointed at its own Python.
+# HUB_PASSWORD is the room's password, HUB_ADMIN_PASSWORD the instructors' (32+ characters); the dry-run defaults
+# below are refused unless the hub listens on 127.0.0.1 only.
+HUB_VENV   ?= .venv-hub
+HUB_PYTHON ?= $(PYTHON)
+HUB_PY     := $(HUB_VENV)/bin/python
+HUB_STAMP  := $(HUB_VENV)/.stamp-hub
+HUB_PROXY  := .hub-node/node_modules/.bin/configurable-http-proxy
+HUB_PASSWORD       ?= dry-run-password
+HUB_ADMIN_PASSWORD ?= dry-run-instructor-password-0123456789
+PY_VERSION := import sys; print(*sys.version_info[:2])
+SITE_PACKAGES := import sysconfig; print(sysconfig.get_paths()["purelib"])
+
+.PHONY: hub hub-setup
+$(HUB_STAMP): requirements-hub.txt $(INSTRUCTOR_STAMP)
+	@test "$$($(HUB_PYTHON) -c '$(PY_VERSION)')" = "$$($(PY) -c '$(PY_VERSION)')" || \
+	  { echo "HUB_PYTHON=$(HUB_PYTHON) is not $(VENV)'s Python version"; exit 2; }
+	@test "$$($(HUB_PYTHON) -V)" = "$$($(PY) -V)" || echo "make hub-setup: warning: HUB_PYTHON is $$($(HUB_PYTHON) -V)," \
+	  "$(VENV) has $$($(PY) -V); $(VENV)'s packages mostly work across patch releases, not all (README.md)"
+	test -x $(HUB_PY) || $(HUB_PYTHON) -m venv $(HUB_VENV)
+	$(PY) -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' \
+	  > "$$($(HUB_PY) -c '$(SITE_PACKAGES)')/amp_course_venv.pth"
+	$(HUB_PY) -m pip install --quiet -r requirements-hub.txt
+	@for script in $(VENV)/bin/*; do name=$${script##*/}; \
+	  if [ ! -e $(HUB_VENV)/bin/$$name ] && head -n 1 $$script | grep -qx '#!$(abspath $(PY))'; then \
+	    sed '1s|.*|#!$(abspath $(HUB_PY))|' $$script > $(HUB_VENV)/bin/$$name && chmod 755 $(HUB_VENV)/bin/$$name; \
+	  fi; done
+	touch $@
+
+$(HUB_PROXY):
+	@command -v npm >/dev/null || { echo "configurable-http-proxy needs npm (Node.js 18+): sudo apt-get install npm"; exit 2; }
+	npm install --prefix .hub-node --no-audit --no-fund --loglevel=error configurable-http-proxy@5
+
+hub-setup: $(HUB_STAMP) $(HUB_PROXY)
+
+hub: hub-setup
+	@echo "make hub: the room's password is '$(HUB_PASSWORD)'; instructors ($${AMP_HUB_INSTRUCTORS:-instructor}) use '$(HUB_ADMIN_PASSWORD)'"
+	AMP_HUB_PASSWORD='$(HUB_PASSWORD)' AMP_HUB_ADMIN_PASSWORD='$(HUB_ADMIN_PASSWORD)' \
+	  $(HUB_VENV)/bin/jupyterhub -f deploy/jupyterhub/jupyterhub_config.py
+
+# The web edition (site/, site/README.md): every lesson run on this machine (outputs cached in site/_build/cache,
+# so an unchanged notebook with an unchanged package is not run again), the exercises, the cheatsheet, the guide and
+# the architecture page, as static HTML in $(SITE_OUT) (open $(SITE_OUT)/index.html, or serve the folder).
+# Sphinx + myst-nb + sphinx-book-theme go into .venv-site (requirements-site.txt), which sees .venv through a .pth
+# file: torch and the course are not installed twice, and .venv stays what laptops have.
+# `make site-check` opens every page of the built site in headless Chromium (tests/course/test_site.py).
+VENV_SITE  ?= .venv-site
+PY_SITE    := $(VENV_SITE)/bin/python
+SITE_STAMP := $(VENV_SITE)/.stamp-site
+SITE_OUT   ?= site/_build/html
+SITE_PURELIB = import sysconfig; print(sysconfig.get_paths()["purelib"])
+
+$(SITE_STAMP): requirements-site.txt $(LAB_STAMP)
+	test -x $(PY_SITE) || $(PYTHON) -m venv $(VENV_SITE)
+	$(PY_SITE) -m pip install --quiet --upgrade pip
+	$(PY_SITE) -m pip install --quiet -r requirements-site.txt
+	echo "import site; site.addsitedir('$$($(PY) -c '$(SITE_PURELIB)')')" > "$$($(PY_SITE) -c '$(SITE_PURELIB)')/amp_course_venv.pth"
+	touch $@
+
+.PHONY: site site-setup site-check
+site-setup: $(SITE_STAMP)
+
+site: $(SITE_STAMP)
+	$(PY_SITE) -m sphinx -b html -W --keep-going -c site . $(SITE_OUT)
+	@echo "make site: $(SITE_OUT)/index.html (serve it: $(PY_SITE) -m http.server -b 127.0.0.1 -d $(SITE_OUT))"
+
+site-check: site $(TEST_STAMP)
+	AMP_SITE_HTML=$(SITE_OUT) $(TEST_ENV) $(PY) -m pytest -q tests/course/test_site.py
