@@ -114,7 +114,8 @@ def model_round(
 ) -> float:
     """Store ``x`` in a format with the given widths, optionally the way a known wrong answer does it.
 
-    rounding: ``even`` (IEEE), ``away`` (ties away from zero) or ``trunc`` (chop the extra bits);
+    rounding: ``even`` (IEEE), ``away`` (ties away from zero), ``odd`` (ties to the odd neighbour), ``half_down`` (ties towards zero) or
+    ``trunc`` (chop the extra bits);
     subnormals: ``keep`` (IEEE), ``flush`` (below the smallest normal -> 0) or ``unbounded`` (never clamp the
     exponent, i.e. full precision all the way down); overflow: ``inf`` (IEEE), ``saturate`` (clamp at max),
     ``before_rounding`` (``|x| > max`` -> inf without rounding first) or ``at_max`` (a value that rounds to
@@ -148,6 +149,12 @@ def model_round(
             q = round(scaled)
         elif rounding == "away":
             q = math.floor(scaled + 0.5)
+        elif rounding == "half_down":
+            q = math.ceil(scaled - 0.5)
+        elif rounding == "odd":
+            q = round(scaled)
+            if q - scaled in (0.5, -0.5) and q % 2 == 0:
+                q += 1 if q < scaled else -1
         else:
             q = math.floor(scaled)
         value = math.ldexp(q, exponent - mantissa_bits)
@@ -271,9 +278,12 @@ def _ties_away_message(fmt):
     )
 
 
-@format_model("ties away", _ties_away_message)
-def ties_away_from_zero(fmt, x):
-    return _stored_as(fmt, x, rounding="away")
+@format_rule("ties away", _ties_away_message)
+def ties_away_from_zero(fmt, x, expected, got) -> bool:
+    """Ties away from zero; or math.floor(x / step + 0.5) on the signed x, which sends negative ties towards
+    zero (half down on the magnitude)."""
+    away = same_float(got, _stored_as(fmt, x, rounding="away"))
+    return away or (x < 0 and same_float(got, _stored_as(fmt, x, rounding="half_down")))
 
 
 def _flush_message(fmt):
@@ -298,9 +308,26 @@ def _subnormal_precision_message(fmt):
     )
 
 
-@format_model("subnormal precision", _subnormal_precision_message)
-def full_precision_subnormals(fmt, x):
-    return _stored_as(fmt, x, subnormals="unbounded")
+@format_rule("subnormal precision", _subnormal_precision_message)
+def full_precision_subnormals(fmt, x, expected, got) -> bool:
+    """Rounded with the unclamped exponent; also when what then lies below the smallest subnormal was
+    flushed to zero (the same mistake, with a patch on it)."""
+    full = _stored_as(fmt, x, subnormals="unbounded")
+    return same_float(got, full) or (got == 0 and 0 < abs(full) < fmt.smallest_subnormal)
+
+
+def _ties_to_odd_message(fmt):
+    m = fmt.mantissa_bits
+    return (
+        f"Ties went to the ODD neighbour: IEEE rounds ties to EVEN (last mantissa bit 0). 1 + 2^-{m + 1} lies "
+        f"exactly halfway between 1 and 1 + 2^-{m} and is stored as 1. Check your tie test: round q up "
+        "when the part below is more than half, or exactly half and q is odd (Python's round() does this)."
+    )
+
+
+@format_model("ties to odd", _ties_to_odd_message)
+def ties_to_odd(fmt, x):
+    return _stored_as(fmt, x, rounding="odd")
 
 
 def _saturate_message(fmt):
@@ -485,6 +512,22 @@ def mantissa_off_by_one(fmt, x, expected, got) -> bool:
     return any(same_float(got, model_round(x, fmt.exponent_bits, fmt.mantissa_bits + d)) for d in (-1, 1))
 
 
+def _decimal_message(fmt):
+    tenth = _stored_as(fmt, 0.1)
+    return (
+        f"You rounded to DECIMAL digits, but {fmt.name} keeps {fmt.mantissa_bits} BINARY digits after the "
+        f"leading 1: a stored value is a whole number of steps 2^(exponent - {fmt.mantissa_bits}), "
+        f"so 0.1 becomes {tenth!r}, not 0.1. Round abs(x) / step, not round(x, digits) or a '%g' format."
+    )
+
+
+@format_rule("decimal digits", _decimal_message)
+def rounded_to_decimal_digits(fmt, x, expected, got) -> bool:
+    if not math.isfinite(x) or got == 0 or same_float(got, x):
+        return False
+    return any(same_float(got, float(f"{x:.{d}g}")) or same_float(got, round(x, d)) for d in range(1, 13))
+
+
 # 01.1's table, most specific first: the first rule wins a tie in how many mismatches it explains.
 STORED_VALUE_RULES = (
     nan_not_kept,
@@ -494,6 +537,7 @@ STORED_VALUE_RULES = (
     sign_dropped,
     truncated,
     ties_away_from_zero,
+    ties_to_odd,
     flushed_subnormals,
     full_precision_subnormals,
     saturated_at_max,
@@ -510,6 +554,7 @@ STORED_VALUE_RULES = (
     float16_exponent_for_bfloat16,
     bfloat16_for_float16,
     mantissa_off_by_one,
+    rounded_to_decimal_digits,
 )
 
 
@@ -608,7 +653,7 @@ def classify_values(fmt: FloatFormat) -> list[float]:
         fmt.overflow_threshold,
         1.5 * big if fmt is FLOAT16 else 3.4e38,
         normal,
-        normal - 0.25 * sub,
+        normal - 0.5 * sub,  # the tie between the largest subnormal and the smallest normal: normal
         normal - sub,
         0.5 * normal,
         3.3 * sub,
@@ -681,7 +726,20 @@ def positive_twin_right(answers, x, expected, got) -> bool:
     only=BFLOAT16,
 )
 def float16_range_for_bfloat16(answers, x, expected, got) -> bool:
-    return got == kind_of_stored(model_round(x, 5, 10), FLOAT16)
+    return got == _float16_kind(x) and _float16_beyond_flushing(answers)
+
+
+def _float16_kind(x: float) -> str:
+    return kind_of_stored(model_round(x, 5, 10), FLOAT16)
+
+
+def _float16_beyond_flushing(answers: Labelling) -> bool:
+    """Some label follows float16's range where flushing bfloat16's subnormals would not explain it (1e5 as
+    'inf', 1e-6 as 'subnormal', ...): a bfloat16 answer that only flushes its subnormals is a 'flush'."""
+    return any(
+        label == _float16_kind(v) != "zero" and label != kind_of_stored(model_round(v, 8, 7), BFLOAT16)
+        for v, label in zip(answers.values, answers.labels)
+    )
 
 
 def _overflow_too_early_message(fmt):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import io
 import math
 import numbers
@@ -64,6 +65,7 @@ class FakeDevice:
         self.busy_until = 0.0
         self.calls = 0
         self.events = []  # ("clock",) ("step", n) ("sync",) ("diag", name) ("cuda-sync",)
+        self.readings = []  # what clock() returned, in order
         self.step_args = False
         self.sync_args = False
         self.loss = torch.tensor(2.5)
@@ -92,6 +94,7 @@ class FakeDevice:
 
     def clock(self):
         self.events.append(("clock",))
+        self.readings.append(self.now)
         return self.now
 
     # what the harness records
@@ -142,7 +145,7 @@ def _patched_cuda_synchronize(device: FakeDevice):
 SCENARIOS = (
     (3, 6, [0.05, 0.04, 0.010, 0.010, 0.012, 0.009, 0.011, 0.014, 0.010]),
     (1, 3, [0.06, 0.020, 0.025, 0.021]),
-    (0, 2, [0.007, 0.006]),
+    (0, 2, [0.0074, 0.0063]),  # not whole milliseconds: times rounded to 3 decimals are seen
 )
 
 
@@ -307,6 +310,11 @@ def returned_a_tensor(run: TimingRun) -> bool:
 
 
 def _not_a_list_message(run: TimingRun) -> str:
+    if inspect.isgenerator(run.listed):
+        return (
+            "time_step returned a generator: a function with `yield` in it gives back a generator, not "
+            "the times. Append each time to a list and `return times` (or `return list(...)`)."
+        )
     return (
         f"time_step returned {type(run.listed).__name__} ({str(run.listed)[:60]!r}); return a list with "
         "one time in seconds per timed call. Did you forget `return times`?"
@@ -559,6 +567,79 @@ def times_are_the_same_average(run: TimingRun) -> bool:
     return run.repeats > 1 and all(_close(v, mean, rel=0.02) for v in run.values)
 
 
+def _rounded_decimals(run: TimingRun):
+    """The number of decimals (1-5) the times were rounded to, when rounding the truth gives them; else None."""
+    if not any(run.values):
+        return None
+    return next(
+        (
+            d
+            for d in range(1, 6)
+            if _all_close(run.values, [round(e, d) for e in run.expected], rel=1e-9, abs_tol=1e-12)
+        ),
+        None,
+    )
+
+
+def _rounded_message(run: TimingRun) -> str:
+    d = _rounded_decimals(run)
+    return (
+        f"You rounded the times to {d} decimals ({10.0**-d:g} s): {run.values} where the calls took "
+        f"{[round(e, 6) for e in run.expected]} s. Return them as clock() gives them; a step faster than "
+        "the rounding becomes 0. Round only when you print."
+    )
+
+
+@rule("rounded", _rounded_message)
+def times_are_rounded(run: TimingRun) -> bool:
+    return _rounded_decimals(run) is not None
+
+
+def _divided_by_repeats_message(run: TimingRun) -> str:
+    return (
+        f"Your times are {run.repeats}x too small: you divided each call's time by repeats={run.repeats}. "
+        "Each entry is already the time of ONE call (`clock() - start` around one step_fn() and sync()); "
+        "nothing to average."
+    )
+
+
+@rule("divided by repeats", _divided_by_repeats_message)
+def times_divided_by_repeats(run: TimingRun) -> bool:
+    return run.repeats > 1 and _all_close(run.values, [e / run.repeats for e in run.expected])
+
+
+@rule(
+    "clock readings",
+    "Your entries are clock READINGS (the time of day on the clock), not durations: they only grow. "
+    "Subtract the reading taken before the call: `start = clock()` ... `times.append(clock() - start)`.",
+)
+def times_are_clock_readings(run: TimingRun) -> bool:
+    readings = run.device.readings
+    return run.repeats > 1 and all(any(_close(v, r, rel=1e-9) for r in readings) for v in run.values)
+
+
+def _shifted_message(run: TimingRun) -> str:
+    return (
+        "Each of your times is the PREVIOUS call's (the first is only a launch): you call sync() before "
+        "step_fn(), so the clock waits for the call before and stops while this one still runs. Call sync() "
+        "after step_fn(), before reading the clock."
+    )
+
+
+@rule("shifted by one call", _shifted_message)
+def times_shifted_by_one_call(run: TimingRun) -> bool:
+    return run.repeats > 1 and _all_close(run.values[1:], run.expected[:-1])
+
+
+@rule(
+    "in another order",
+    "Your times are right but not in call order (sorted?): return one time per call in the order of the "
+    "calls; the first calls after the warm-up can differ from the later ones, and that is worth seeing.",
+)
+def times_in_another_order(run: TimingRun) -> bool:
+    return _all_close(sorted(run.values), sorted(run.expected))
+
+
 def _clock_stopped_message(run: TimingRun) -> str:
     return (
         "Your clock stopped before the device finished: the times are about the launch time "
@@ -603,8 +684,13 @@ def times_match_nothing_known(run: TimingRun) -> bool:
 VALUE_MISTAKES = (
     times_in_milliseconds,
     times_in_another_unit,
+    times_are_rounded,
+    times_divided_by_repeats,
     times_are_a_running_total,
+    times_are_clock_readings,
     times_are_the_same_average,
+    times_shifted_by_one_call,
+    times_in_another_order,
     clock_stopped_before_the_device_finished,
     first_time_has_leftover_warmup,
     times_match_nothing_known,
@@ -760,6 +846,47 @@ def _hooks_active() -> bool:
     return False
 
 
+def _packing_now() -> bool:
+    """Whether saved-tensor hooks would pack a tensor saved now: an EMPTY probe, so a learner's pack hook that
+    receives it counts 0 bytes (and 0 elements) more."""
+    with torch.enable_grad():
+        probe = torch.ones(0, requires_grad=True).exp()
+    try:
+        probe.grad_fn._raw_saved_result.register_hooks(lambda t: t, lambda t: t)
+    except RuntimeError:
+        return True
+    return False
+
+
+@dataclass
+class ForwardSeen:
+    """What the checker saw when the learner's code ran the model: grad mode, hooks, the output's dtype."""
+
+    grad: bool
+    packing: bool
+    output_dtype: object = None
+
+
+@contextlib.contextmanager
+def _watching_forward(model):
+    """Records a :class:`ForwardSeen` for every call of ``model`` (hooks on the model, removed on the way out)."""
+    seen = []
+
+    def before(module, args):
+        seen.append(ForwardSeen(torch.is_grad_enabled(), _packing_now()))
+
+    def after(module, args, output):
+        if seen and isinstance(output, torch.Tensor):
+            seen[-1].output_dtype = output.dtype
+
+    handles = (model.register_forward_pre_hook(before), model.register_forward_hook(after))
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _remove_leftover_hooks() -> None:
     """Pop saved-tensor hooks left installed, so a leaky pack hook stops recording the kernel's tensors."""
     pop = getattr(torch._C._autograd, "_pop_saved_tensors_default_hooks", None)
@@ -786,6 +913,11 @@ class SavedBytesRun:
     hooks_left: bool
     modes_changed: bool
     gradients: bool
+    forwards: tuple = ()  # a ForwardSeen for each call of the model
+
+    @property
+    def first_forward(self):
+        return self.forwards[0] if self.forwards else None
 
     @property
     def where(self) -> str:
@@ -869,16 +1001,61 @@ def changed_train_or_eval_mode(run: SavedBytesRun) -> bool:
     return run.modes_changed
 
 
+def _other_dtype_message(run: SavedBytesRun) -> str:
+    ran = dtype_name(run.first_forward.output_dtype)
+    return (
+        f"You asked autocast for {ran}, but dtype=torch.{dtype_name(run.dtype)} was given: your model's output "
+        f"came back in {ran}. Pass the dtype you are given: `torch.autocast(device_type=inputs.device.type, "
+        "dtype=dtype)`. (float16 and bfloat16 both take 2 bytes, so the total alone may not show it; what "
+        "autocast casts, and the numbers, differ.) " + run.where
+    )
+
+
+@rule("autocast in another dtype", _other_dtype_message)
+def autocast_in_another_dtype(run: SavedBytesRun) -> bool:
+    seen = run.first_forward
+    low = (torch.float16, torch.bfloat16)
+    return (
+        run.dtype is not None
+        and seen is not None
+        and seen.output_dtype in low
+        and seen.output_dtype != run.dtype
+    )
+
+
 # What the learner's code did to the kernel and the model (whatever it returned).
-SAVED_USAGE_MISTAKES = (left_hooks_installed, ran_backward, changed_train_or_eval_mode)
-
-
-@rule(
-    "0 bytes",
-    "You returned 0: autograd saved nothing, so the forward pass ran without gradients — under "
-    "`torch.no_grad()` or `torch.inference_mode()`? Tensors are saved for backward only when grad mode is on: "
-    "run the forward and the loss with gradients enabled (and do not call backward).",
+SAVED_USAGE_MISTAKES = (
+    left_hooks_installed,
+    ran_backward,
+    changed_train_or_eval_mode,
+    autocast_in_another_dtype,
 )
+
+
+def _zero_message(run: SavedBytesRun) -> str:
+    seen = run.first_forward
+    if seen is not None and seen.grad and not seen.packing:
+        return (
+            "You returned 0, and no saved-tensor hooks were installed while your model ran (gradients were on, "
+            "so autograd did save tensors — nobody recorded them). `torch.autograd.graph.saved_tensors_hooks("
+            "pack, unpack)` only installs its hooks when entered: run the forward and the loss inside `with "
+            "torch.autograd.graph.saved_tensors_hooks(pack, unpack):` and add up, in pack, the bytes of each "
+            "tensor it receives. " + run.where
+        )
+    if seen is not None and seen.grad:
+        return (
+            "You returned 0 although your hooks were installed while the model ran with gradients on: count "
+            "the bytes in the PACK hook. Unpack runs only when backward reads a saved tensor, and this "
+            "exercise never runs backward. " + run.where
+        )
+    return (
+        "You returned 0: autograd saved nothing, so the forward pass ran without gradients — under "
+        "`torch.no_grad()` or `torch.inference_mode()`? Tensors are saved for backward only when grad mode is on: "
+        "run the forward and the loss with gradients enabled (and do not call backward)."
+    )
+
+
+@rule("0 bytes", _zero_message)
 def measured_under_no_grad(run: SavedBytesRun) -> bool:
     return run.value == 0
 
@@ -1022,13 +1199,20 @@ def saved_bytes_cases():
 def _call_saved_bytes(saved_activation_bytes, probe: MemoryProbe, dtype):
     model, loss_fn, inputs, targets = _build(probe)
     before = _model_state(model)
-    result = call_learner(
-        saved_activation_bytes, model, loss_fn, inputs, targets, dtype=dtype, what="`saved_activation_bytes`"
-    )
+    with _watching_forward(model) as forwards:
+        result = call_learner(
+            saved_activation_bytes,
+            model,
+            loss_fn,
+            inputs,
+            targets,
+            dtype=dtype,
+            what="`saved_activation_bytes`",
+        )
     hooks_left = _hooks_active()
     _remove_leftover_hooks()
     modes, gradients = _model_state(model)
-    return result, hooks_left, modes != before[0], gradients
+    return result, hooks_left, modes != before[0], gradients, tuple(forwards)
 
 
 def judge_saved_bytes(run: SavedBytesRun):

@@ -269,6 +269,8 @@ STORED_VALUE_CASES = {  # rule name: (format, x, the learner's wrong value)
     "sign": (FLOAT16, -0.1, _stored(0.1, FLOAT16)),
     "truncation": (FLOAT16, 1 + 0.7 * 2.0**-10, 1.0),
     "ties away": (FLOAT16, 1 + 2.0**-11, 1 + 2.0**-10),
+    "ties to odd": (FLOAT16, 1 + 3 * 2.0**-11, 1 + 2.0**-10),
+    "decimal digits": (FLOAT16, 1 / 3, 0.333),
     "flush": (FLOAT16, 0.5 * F16_NORMAL, 0.0),
     "subnormal precision": (
         FLOAT16,

@@ -349,6 +349,36 @@ def microseconds(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
     return [t * 1e6 for t in _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)]
 
 
+def _times_then(change):
+    """The right answer's times, changed afterwards by ``change(times, repeats)``."""
+
+    def time_step(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+        times = _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock)
+        return change(times, repeats)
+
+    return time_step
+
+
+def sync_before_the_step(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    def timed(step_fn, sync, i):
+        sync()
+        step_fn()
+
+    return _right(step_fn, warmup=warmup, repeats=repeats, sync=sync, clock=clock, timed=timed)
+
+
+def clock_readings(step_fn, *, warmup, repeats, sync, clock=time.perf_counter):
+    for _ in range(warmup):
+        step_fn()
+    sync()
+    readings = []
+    for _ in range(repeats):
+        step_fn()
+        sync()
+        readings.append(clock())
+    return readings
+
+
 def timing_run(time_step):
     warmup, repeats, costs = SCENARIOS[0]
     device, result = l07._run_scenario(time_step, warmup, repeats, costs)
@@ -396,6 +426,11 @@ VALUE_RULE_CASES = {
     "the same average": same_average,
     "the clock stopped before the device finished": sync_only_before_start,
     "leftover warm-up work": no_sync_after_warmup,
+    "rounded": _times_then(lambda times, n: [round(t, 2) for t in times]),
+    "divided by repeats": _times_then(lambda times, n: [t / n for t in times]),
+    "clock readings": clock_readings,
+    "shifted by one call": sync_before_the_step,
+    "in another order": _times_then(lambda times, n: sorted(times)),
     "times that match nothing known": doubled,
 }
 

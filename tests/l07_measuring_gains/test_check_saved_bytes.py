@@ -428,6 +428,7 @@ PHRASES = {
     l07.left_hooks_installed: "hooks are still installed",
     l07.ran_backward: "you ran backward",
     l07.changed_train_or_eval_mode: "You switched the model between train() and eval()",
+    l07.autocast_in_another_dtype: "You asked autocast for",
     l07.measured_under_no_grad: "autograd saved nothing",
     l07.used_autocast_for_none: "what autocast's default bfloat16 saves",
     l07.ignored_autocast: "the FP32 figure",
