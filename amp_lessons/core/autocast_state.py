@@ -79,7 +79,9 @@ def switch_autocast_off() -> None:
     passes would reuse copies of weights the optimizer has since changed.
     """
     for device_type, default in DEFAULT_AUTOCAST_DTYPES.items():
-        if autocast_dtype(device_type) != default:  # entering autocast set it; a fresh process has the default
+        if (
+            autocast_dtype(device_type) != default
+        ):  # entering autocast set it; a fresh process has the default
             set_autocast_dtype(device_type, default)
         if autocast_enabled(device_type):
             try:

@@ -441,6 +441,86 @@ def always_float16(grad, dtype, scale):
     return _oracle_fractions(grad, F16, scale)
 
 
+# Found in the class round (issue 19): each gave "differ from the definition" or another mistake's message.
+
+
+@model_rule(
+    "integer division",
+    "You divided with `//`: integer division of a count by a larger count is always 0. "
+    "Use `/` to get the fraction.",
+)
+def integer_division(grad, dtype, scale):
+    return tuple(float(math.floor(v)) for v in _oracle_fractions(grad, dtype, scale))
+
+
+@rule(
+    "rounded",
+    "Your fractions are rounded (`round(x, 2)` or similar): return them as computed. A small fraction "
+    "lost to underflow rounds to 0, and the small losses are the ones that say the scale is too low.",
+)
+def rounded_fractions(case, answer) -> bool:
+    expected = _oracle_fractions(*case[1:])
+    return not _matches(answer, expected) and any(
+        _matches(answer, tuple(round(v, digits) for v in expected)) for digits in range(1, 5)
+    )
+
+
+@model_rule(
+    "nonfinite in the denominator",
+    "You counted right, but divided by the number of nonzero values, inf/NaN included. "
+    "The fractions are of the nonzero *finite* values: a value that was inf/NaN before the cast lost "
+    "nothing to it, so it belongs in neither the counts nor the denominator.",
+)
+def nonfinite_in_the_denominator(grad, dtype, scale):
+    c = (_finite_nonzero(grad) * scale).to(dtype)
+    n = int((grad != 0).sum())
+    return _ratio(c == 0, n), _ratio(torch.isinf(c), n)
+
+
+@model_rule(
+    "filtered after scaling",
+    "You dropped inf/NaN *after* multiplying by `scale` (or scaled `grad` in place first): a value whose "
+    "product already overflows in FP32 (3e38 * 2^8 is inf) then vanishes from your counts instead of "
+    "counting as overflow. Keep the nonzero finite values of the gradient first, then scale and cast.",
+)
+def filtered_after_scaling(grad, dtype, scale):
+    scaled = grad * scale
+    kept = scaled[torch.isfinite(scaled) & (scaled != 0)]
+    c = kept.to(dtype)
+    return _ratio(c == 0, kept.numel()), _ratio(torch.isinf(c), kept.numel())
+
+
+@model_rule(
+    "nan_to_num",
+    "You replaced inf/NaN with `torch.nan_to_num`: NaN becomes 0, but inf becomes FP32's max (3.4e38), "
+    "which then counts as a value the cast overflowed. Leave inf/NaN out instead: "
+    "`g[torch.isfinite(g) & (g != 0)]`.",
+)
+def nan_to_num_first(grad, dtype, scale):
+    return _oracle_fractions(torch.nan_to_num(grad), dtype, scale)
+
+
+@model_rule(
+    "scale in dtype",
+    "You stored `scale` in the low-precision dtype (`torch.tensor(scale, dtype=dtype)`): 2^16 = 65536 "
+    "is already inf in float16, so every value 'overflows'. Keep the scale a Python float (or FP32) "
+    "and cast only the product `(g * scale).to(dtype)`.",
+)
+def scale_stored_in_dtype(grad, dtype, scale):
+    return _oracle_fractions(grad, dtype, float(torch.tensor(scale, dtype=dtype)))
+
+
+@model_rule(
+    "max counted as overflow",
+    "You counted values that cast to finfo.max (65504 in float16) as overflow: the largest finite number "
+    "is stored fine. Overflow means the cast gives inf: `torch.isinf((g * scale).to(dtype))`.",
+)
+def max_counted_as_overflow(grad, dtype, scale):
+    g = _finite_nonzero(grad)
+    c = (g * scale).to(dtype)
+    return _ratio(c == 0, g.numel()), _ratio(c.abs() >= torch.finfo(dtype).max, g.numel())
+
+
 # 02.1's table; the order breaks ties in how many cases a rule explains.
 FRACTION_MISTAKES = (
     swapped_pair,
@@ -466,6 +546,13 @@ FRACTION_MISTAKES = (
     zeros_counted_among_the_finite,
     nonfinite_kept,
     always_float16,
+    integer_division,
+    rounded_fractions,
+    nonfinite_in_the_denominator,
+    filtered_after_scaling,
+    nan_to_num_first,
+    scale_stored_in_dtype,
+    max_counted_as_overflow,
 )
 
 
@@ -623,6 +710,12 @@ def _scale_cases():
             30,
         ),
         ("largest 3.0, float16, max_exponent=0", [torch.tensor([3.0])], F16, 0),
+        (
+            "seventeen values of 20000.0 in two tensors (each value is safe at 2^1), float16, max_exponent=24",
+            [torch.full((16,), 20000.0), torch.tensor([-20000.0])],
+            F16,
+            24,
+        ),
     ]
     return cases
 
@@ -791,6 +884,88 @@ def scale_for_float16_always(grads, dtype, max_exponent):
     return _oracle_scale(grads, F16, max_exponent)
 
 
+# Found in the class round (issue 19): each gave "Not the largest safe power of two" or "first only".
+
+
+def _scale_by_size(grads, dtype, max_exponent, size):
+    """The oracle with the largest |g| replaced by ``size(values)`` (another measure of the gradients)."""
+    values = flat_values(grads)
+    if not bool(torch.isfinite(values).all()):
+        return None
+    nonzero = values[values != 0]
+    if nonzero.numel() == 0:
+        return 2.0**max_exponent
+    return _oracle_scale([size(nonzero.abs()).reshape(1)], dtype, max_exponent)
+
+
+@model_rule(
+    "norm",
+    "You used the norm of the gradients (`torch.norm`, as clipping does), not the largest magnitude: "
+    "overflow happens value by value, so only the largest |g| matters. Use the largest `g.abs().max()`.",
+)
+def norm_not_max(grads, dtype, max_exponent):
+    return _scale_by_size(grads, dtype, max_exponent, torch.linalg.vector_norm)
+
+
+@model_rule(
+    "sum",
+    "You added the magnitudes up (`g.abs().sum()`): overflow happens value by value, "
+    "so only the largest |g| matters. Use the largest `g.abs().max()` over all tensors.",
+)
+def sum_not_max(grads, dtype, max_exponent):
+    return _scale_by_size(grads, dtype, max_exponent, torch.sum)
+
+
+@model_rule(
+    "mean",
+    "You used the mean |gradient|: one large value overflows however small the others are, "
+    "so the scale is set by the largest |g| over all tensors, `g.abs().max()`.",
+)
+def mean_not_max(grads, dtype, max_exponent):
+    return _scale_by_size(grads, dtype, max_exponent, torch.mean)
+
+
+@model_rule(
+    "smallest",
+    "You used the smallest nonzero |gradient|: that one decides *underflow*. "
+    "The largest safe scale is set by the largest |g| over all tensors: it is the one that overflows first.",
+)
+def smallest_not_largest(grads, dtype, max_exponent):
+    return _scale_by_size(grads, dtype, max_exponent, torch.min)
+
+
+@model_rule(
+    "last only",
+    "You looked only at the last tensor of the list: the largest gradient can be in any of them.",
+)
+def last_tensor_only(grads, dtype, max_exponent):
+    return _oracle_scale(grads[-1:], dtype, max_exponent)
+
+
+@model_rule(
+    "largest per-tensor scale",
+    "You took the largest of the per-tensor safe scales: one scale multiplies every tensor, so it must be "
+    "safe for all of them at once, i.e. set by the largest |g| over all tensors (the smallest of your scales).",
+)
+def largest_per_tensor_scale(grads, dtype, max_exponent):
+    scales = [_oracle_scale([g], dtype, max_exponent) for g in grads]
+    if any(scale is None for scale in scales):
+        return None
+    return max(scales, default=2.0**max_exponent)
+
+
+@model_rule(
+    "scale in dtype",
+    "Your scale never reaches a power of two that is inf in the low-precision dtype (2^16 = 65536 and up "
+    "in float16): you stored the scale itself in `dtype`. Only the product is stored there: keep the scale "
+    "a Python float and test `(amax * 2.0**k).to(dtype)`.",
+)
+def scale_stored_in_dtype_too(grads, dtype, max_exponent):
+    answer = _oracle_scale(grads, dtype, max_exponent)
+    largest = 2.0 ** math.floor(math.log2(torch.finfo(dtype).max))
+    return None if answer is None else min(answer, largest)
+
+
 # 02.2's table; the order breaks ties in how many cases a rule explains.
 SCALE_MISTAKES = (
     twice_the_safe_scale,
@@ -804,6 +979,13 @@ SCALE_MISTAKES = (
     amax_cast_first,
     never_below_one,
     scale_for_float16_always,
+    norm_not_max,
+    sum_not_max,
+    mean_not_max,
+    smallest_not_largest,
+    last_tensor_only,
+    largest_per_tensor_scale,
+    scale_stored_in_dtype_too,
 )
 
 

@@ -193,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     mark.set_defaults(run=cmd_mark_solutions)
     clean = commands.add_parser("clean", help="strip outputs from notebooks")
     clean.add_argument("paths", nargs="+")
-    clean.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook is not clean")
+    clean.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if a notebook is not clean"
+    )
     clean.set_defaults(run=cmd_clean)
     _grade_parser(commands)
     progress = commands.add_parser("progress", help="list each exercise: passed / attempted / not started")
