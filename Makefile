@@ -235,6 +235,9 @@ $(SITE_STAMP): requirements-site.txt $(LAB_STAMP)
 .PHONY: site site-setup site-check
 site-setup: $(SITE_STAMP)
 
+# The unit run builds a two-lesson site (tests/course/test_site.py): its venv is part of the test set-up.
+unit: $(SITE_STAMP)
+
 site: $(SITE_STAMP)
 	$(PY_SITE) -m sphinx -b html -W --keep-going -c site . $(SITE_OUT)
 	@echo "make site: $(SITE_OUT)/index.html (serve it: $(PY_SITE) -m http.server -b 127.0.0.1 -d $(SITE_OUT))"

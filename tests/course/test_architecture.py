@@ -72,8 +72,12 @@ def test_every_module_has_a_place():
 def test_every_import_names_a_module_that_exists():
     """No package module imports an old (flat-layout) path: those exist only for learners' old copies."""
     mods = set(modules())
-    wrong = [f"{source} imports {target}" for source, targets in graph().items() for target in targets
-             if target not in mods and target.rsplit(".", 1)[0] not in mods]
+    wrong = [
+        f"{source} imports {target}"
+        for source, targets in graph().items()
+        for target in targets
+        if target not in mods and target.rsplit(".", 1)[0] not in mods
+    ]
     assert wrong == []
 
 
@@ -134,9 +138,13 @@ def test_every_lesson_exports_an_explicit_list_that_imports():
     for package in sorted(PACKAGE.glob("l[0-9][0-9]_*")):
         name = f"amp_lessons.{package.name}"
         tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
-        declared = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                    and getattr(node.targets[0] if isinstance(node, ast.Assign) else node.target, "id", "")
-                    == "__all__"]
+        declared = [
+            node
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            and getattr(node.targets[0] if isinstance(node, ast.Assign) else node.target, "id", "")
+            == "__all__"
+        ]
         assert declared, f"{name} has no __all__"
         module = importlib.import_module(name)
         for exported in module.__all__:

@@ -33,7 +33,9 @@ def test_every_old_path_is_the_new_module_and_warns():
     for old, (name, warned) in found.items():
         new = f"amp_lessons.{legacy_paths.MOVED[old]}"
         assert name == new, old
-        assert any(f"amp_lessons.{old} has moved to {new}" in w and legacy_paths.REMOVAL in w for w in warned), old
+        assert any(
+            f"amp_lessons.{old} has moved to {new}" in w and legacy_paths.REMOVAL in w for w in warned
+        ), old
 
 
 def test_the_split_utils_module_still_offers_every_name():
@@ -57,10 +59,18 @@ def test_an_old_exercise_cell_runs_as_written():
         "from amp_lessons.checks import check_decide\n"
         "print(Criteria.__module__, compare.__module__, len(lesson_quiz('04')) > 0, callable(check_decide))\n"
     )
-    run = subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-c", code],
-                         capture_output=True, text=True, check=True)
-    assert run.stdout.split() == ["amp_lessons.l04_baseline_and_decision_boundary.criteria",
-                                  "amp_lessons.l04_baseline_and_decision_boundary.validation", "True", "True"]
+    run = subprocess.run(
+        [sys.executable, "-W", "always::DeprecationWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert run.stdout.split() == [
+        "amp_lessons.l04_baseline_and_decision_boundary.criteria",
+        "amp_lessons.l04_baseline_and_decision_boundary.validation",
+        "True",
+        "True",
+    ]
     assert "amp_lessons.validation has moved" in run.stderr and "<string>:1" in run.stderr
 
 

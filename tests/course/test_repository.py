@@ -97,5 +97,7 @@ def test_clean_check_changes_nothing_and_names_a_dirty_notebook(tmp_path, capsys
 def test_make_lesson_names_a_missing_lesson():
     import subprocess
 
-    run = subprocess.run(["make", "-s", "-o", ".venv/.stamp-test", "lesson", "L=42"], cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run(
+        ["make", "-s", "-o", ".venv/.stamp-test", "lesson", "L=42"], cwd=ROOT, capture_output=True, text=True
+    )
     assert run.returncode != 0 and "no lesson 42" in run.stdout + run.stderr
