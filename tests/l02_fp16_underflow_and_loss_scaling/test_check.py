@@ -418,6 +418,13 @@ def frac_numpy(grad, dtype, scale):
     return float(np.mean(stored == 0)), float(np.mean(np.isinf(stored)))
 
 
+def frac_fractions_of(stored, overflowed):
+    """(underflow, overflow) of already-stored values, with ``overflowed`` the learner's overflow test."""
+    if stored.numel() == 0:
+        return 0.0, 0.0
+    return (stored == 0).float().mean().item(), overflowed(stored).float().mean().item()
+
+
 def frac_count_nonzero(grad, dtype, scale):
     keep = torch.isfinite(grad) & grad.ne(0)
     n = int(torch.count_nonzero(keep))
@@ -624,6 +631,20 @@ FRACTION_RULE_CASES = {  # rule name: a learner-style lost_fractions with that m
     "overflow by comparing with max": frac_mixed,
     "underflow by comparing with the smallest subnormal": frac_under_by_threshold,
     "zeros in the denominator": frac_after_mean,
+    # the class round's (issue 19); its learner-style answers are in test_class_round.py
+    "integer division": lambda g, d, s: tuple(float(int(v)) for v in frac_numpy(g, d, s)),
+    "rounded": lambda g, d, s: tuple(round(v, 2) for v in frac_numpy(g, d, s)),
+    "nonfinite in the denominator": lambda g, d, s: tuple(
+        v * int((g[torch.isfinite(g)] != 0).sum()) / max(int((g != 0).sum()), 1) for v in frac_numpy(g, d, s)
+    ),
+    "filtered after scaling": lambda g, d, s: frac_numpy(g * s, d, 1.0),
+    "nan_to_num": lambda g, d, s: frac_numpy(torch.nan_to_num(g), d, s),
+    "scale in dtype": lambda g, d, s: frac_fractions_of(
+        (g[torch.isfinite(g) & (g != 0)] * torch.tensor(s, dtype=d)).to(d), torch.isinf
+    ),
+    "max counted as overflow": lambda g, d, s: frac_fractions_of(
+        (g[torch.isfinite(g) & (g != 0)] * s).to(d), lambda c: c.abs() >= torch.finfo(d).max
+    ),
 }
 
 SCALE_RULE_CASES = {  # rule name: a learner-style largest_safe_scale with that mistake
@@ -638,6 +659,24 @@ SCALE_RULE_CASES = {  # rule name: a learner-style largest_safe_scale with that 
     "at least one": scale_at_least_one,
     "always fp16": scale_always_fp16,
     "cast first": scale_cast_amax_fp16,
+    # the class round's (issue 19); its learner-style answers are in test_class_round.py
+    "norm": lambda grads, dtype, e: l02._oracle_scale(
+        [torch.cat([g.flatten() for g in grads]).norm().reshape(1)] if grads else [], dtype, e
+    ),
+    "sum": lambda grads, dtype, e: l02._oracle_scale(
+        [sum(g.abs().sum() for g in grads).reshape(1)] if grads else [], dtype, e
+    ),
+    "mean": lambda grads, dtype, e: l02._oracle_scale(
+        [torch.cat([g.flatten() for g in grads]).abs().mean().reshape(1)] if grads else [], dtype, e
+    ),
+    "smallest": lambda grads, dtype, e: l02._oracle_scale(
+        [min(g[g != 0].abs().min() for g in grads if g.count_nonzero()).reshape(1)], dtype, e
+    ),
+    "last only": lambda grads, dtype, e: l02._oracle_scale(grads[-1:], dtype, e),
+    "largest per-tensor scale": lambda grads, dtype, e: max(l02._oracle_scale([g], dtype, e) for g in grads),
+    "scale in dtype": lambda grads, dtype, e: min(
+        l02._oracle_scale(grads, dtype, e), 2.0**15 if dtype == torch.float16 else 2.0**127
+    ),
 }
 
 
