@@ -133,6 +133,53 @@ class RunResult:
         return f"RunResult({len(self.ranks)} ranks, {self.seconds:.1f} s): {shown_command(self.command)}"
 
 
+# Each rank torchrun starts is a fresh Python that loads torch: about 550 MiB resident here (lesson 09 peaked at
+# 2046 MiB PSS with its kernel and two ranks; docs/instructor_guide.md, "Peak memory per lesson").
+RANK_MEMORY_BYTES = 550 * 2**20
+
+
+def _read_number(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def free_memory_bytes() -> int | None:
+    """Memory this process's container can still use: its cgroup's limit minus its use where a limit is set
+    (Binder, a hub's per-learner limit), else the machine's MemAvailable; None where neither can be read."""
+    limit, used = _read_number("/sys/fs/cgroup/memory.max"), _read_number("/sys/fs/cgroup/memory.current")
+    if limit is None:  # cgroup v1
+        limit = _read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+        used = _read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes")
+    available = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    if limit is not None and used is not None and limit < 2**60:
+        container = max(limit - used, 0)
+        return container if available is None else min(container, available)
+    return available
+
+
+def memory_problem(nproc: int, free: int | None = None) -> str:
+    """Why ``nproc`` fresh ranks would not fit here ('' when they fit, or when the free memory is unknown)."""
+    free = free_memory_bytes() if free is None else free
+    needed = nproc * RANK_MEMORY_BYTES
+    if free is None or free >= needed:
+        return ""
+    return (
+        f"Not enough memory to start {nproc} ranks here: {free / 2**20:,.0f} MiB free, about "
+        f"{needed / 2**20:,.0f} MiB needed (each rank is a new Python that loads torch). Starting them would "
+        "get this kernel killed, so nothing was started. On Binder (about 2 GB) or a small hub, run lesson 09 "
+        "on a laptop or a bigger server; close other notebooks' kernels first if you have several open."
+    )
+
+
 def launch(
     module: str,
     args=(),
@@ -146,7 +193,11 @@ def launch(
 
     Every process of the run has ended when this returns or raises: after ``timeout_s`` (or on Ctrl-C) the
     launcher stops torchrun and kills the ranks by id. ``command`` replaces the torchrun command (tests).
+    Where the free memory cannot hold ``nproc`` fresh ranks (Binder's 2 GB), it refuses with a message instead
+    of letting the kernel be killed.
     """
+    if command is None and memory_problem(nproc):
+        raise DistributedRunError(memory_problem(nproc))
     out_dir = out_dir or tempfile.mkdtemp(prefix="amp_lessons_run_")
     os.makedirs(out_dir, exist_ok=True)
     for stale in [

@@ -285,3 +285,22 @@ def test_worker_uses_gloo_without_a_gpu_per_rank(monkeypatch):
     monkeypatch.setenv("AMP_LESSONS_DEVICE", "cpu")
     assert amp_ranks.choose_backend(2) == "gloo"
     assert across_ranks.rank_device(2) == torch.device("cpu")
+
+
+def test_too_little_memory_is_refused_with_a_message_before_anything_starts(monkeypatch, tmp_path):
+    """Binder gives about 2 GB: two fresh ranks would get the kernel killed, so launch refuses and says why."""
+    assert distributed.memory_problem(2, free=4 * 2**30) == ""
+    assert distributed.memory_problem(2, free=None) == ""  # unknown: do not guess
+    message = distributed.memory_problem(2, free=600 * 2**20)
+    assert "600 MiB free" in message and "Binder" in message
+    monkeypatch.setattr(distributed, "free_memory_bytes", lambda: 300 * 2**20)
+    started = []
+    monkeypatch.setattr(distributed.subprocess, "Popen", lambda *a, **k: started.append(a))
+    with pytest.raises(distributed.DistributedRunError, match="Not enough memory to start 2 ranks"):
+        distributed.launch("amp_lessons.l09_amp_across_processes.workers.probe", out_dir=str(tmp_path))
+    assert started == []
+
+
+def test_free_memory_is_read_here():
+    free = distributed.free_memory_bytes()
+    assert free is None or free > 0
