@@ -974,6 +974,23 @@ def _training_step_problem(texture_forward, model, x, y) -> str | None:
     return None
 
 
+def _gradient_problem(texture_forward, model, x, y) -> str | None:
+    """5. Gradients must still reach ``features`` (a ``no_grad`` block or ``.detach()`` cuts them)."""
+    params = list(model.features.parameters())
+    try:
+        loss = F.cross_entropy(texture_forward(model, x).float(), y)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    except RuntimeError:
+        grads = [None]
+    if all(g is not None and bool(g.abs().sum() > 0) for g in grads):
+        return None
+    return (
+        "Called without autocast, no gradient reaches `features` through your forward: torch.no_grad(), "
+        ".detach() or .data cut the graph before the Gram product, so training would never update the "
+        "features. Change only the precision (autocast off + .float()); the product must stay differentiable."
+    )
+
+
 @checker("05.2 texture_forward keeps only the Gram product in FP32")
 def check_texture_forward(texture_forward):
     """The learner's TextureNet forward: finite under FP16 autocast, FP32 only for ``h^T @ h``, same math."""
@@ -986,7 +1003,9 @@ def check_texture_forward(texture_forward):
             rule = first_mistake(rules, run)
             if rule:
                 return failed(rule.text(run))
-        problem = _training_step_problem(texture_forward, model, x, y)
+        problem = _training_step_problem(texture_forward, model, x, y) or _gradient_problem(
+            texture_forward, model, x, y
+        )
         if problem:
             return failed(problem)
     gpu_run = _observe_on_gpu(texture_forward, model, x, reference)
