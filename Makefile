@@ -114,7 +114,7 @@ exercises-check: $(TEST_STAMP)
 # The unit run measures line and branch coverage of amp_lessons (not of the kernels the notebook tests start);
 # `.venv/bin/python -m coverage report` afterwards lists every module, `coverage html` writes htmlcov/.
 unit: $(TEST_STAMP)
-	$(TEST_ENV) $(PY) -m pytest -n 2 --cov=amp_lessons --cov-report= tests
+	$(TEST_ENV) $(PY) -m pytest -n 2 --durations=12 --cov=amp_lessons --cov-report= tests
 	@$(PY) -m coverage report | tail -n 1 | sed 's/^TOTAL/coverage of amp_lessons (statements, missed, branches, partial, covered):/'
 
 # Lessons and solutions must pass every check; generated exercises must still say "not done yet".
