@@ -43,9 +43,8 @@ class StepExercise:
     what: str  # the learner's function as messages name it, e.g. "`train_step`"
     reference: Callable
     scenarios: tuple
-    probed_run: (
-        type  # the lesson's ProbedRun: one scenario's model, optimizer, scaler and data, all recording
-    )
+    # the lesson's ProbedRun: one scenario's model, optimizer, scaler and data, all recording
+    probed_run: type
     seen: type  # the lesson's Seen: the facts the rules read
     rules: tuple  # most specific first: the first rule that recognises a call names its mistake
 
