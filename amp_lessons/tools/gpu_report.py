@@ -1,7 +1,7 @@
 """`python -m amp_lessons gpu-report` (`make gpu-report`): run the course on a CUDA GPU, keep its figures.
 
 The course quotes a handful of numbers that only a GPU can produce: lesson 03's CUDA autocast policy column,
-lesson 05's log-softmax case, lesson 06's bitwise resume with GPU kernels, lesson 07's timings, memory and
+lesson 05's hand-written log(softmax(...)) case, lesson 06's bitwise resume with GPU kernels, lesson 07's timings, memory and
 Tensor-Core shapes. Claiming them without running them would break the course's first rule, so this command
 
 1. refuses, with a clear message, on a machine where torch sees no CUDA device;
