@@ -30,6 +30,8 @@ CHECKS = {
     "check_saved_activation_bytes": "amp_lessons.l07_measuring_gains.check",
     "check_accumulate_step": "amp_lessons.l08_amp_in_your_training_loop.check",
     "check_synced_train_step": "amp_lessons.l09_amp_across_processes.check",
+    "check_stochastic_round": "amp_lessons.l10_where_fp32_lives.check",
+    "check_quantize_blocks": "amp_lessons.l11_below_16_bits.check",
 }
 
 __all__ = ["CheckResult", *CHECKS]

@@ -10,6 +10,8 @@
 - ``processes``: ``tagged_processes``
 - ``cuda_labelled``: CPU tensors that report a CUDA device, so checks see what learner code does on a GPU
   (lessons 00, 03 and 08)
+- ``optional_libraries``: ``torchao_support``/``library_support``: does torchao (transformers, lightning) import on
+  this torch, and if not, the one-line reason a lesson prints when it skips a section (lessons 10-12, doctor)
 
 Nothing is imported here, so importing one core module never loads the others (or torch).
 """
