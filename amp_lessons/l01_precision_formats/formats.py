@@ -21,6 +21,13 @@ last mantissa bit is 0** (round-to-nearest-even, IEEE 754's default). Rounding p
 value gives infinity: a value overflows only when it is at least ``max + ulp(max)/2`` (65520 for float16),
 so 65510 still rounds *down* to 65504.
 
+Lesson 11 adds the 8-bit formats: ``float8_e4m3fn`` (4 exponent, 3 mantissa bits; **no infinity**: the all-ones
+exponent holds normal numbers up to 448 and only ``S.1111.111`` is NaN), ``float8_e5m2`` (IEEE-like, with inf, up to
+57344) and, where torch has it (torch 2.7+), the scale format ``float8_e8m0fnu`` (8 exponent bits, no sign, no
+mantissa, no zero: every value is a power of two from 2^-127 to 2^127, and 0xFF is NaN). What a cast to E4M3FN does
+beyond 448 is a property of the *build*, not of the format: a saturating cast gives +-448, a non-saturating one NaN;
+:func:`cast_overflow` probes this build's torch, and :func:`decompose` follows it unless told otherwise.
+
 :func:`decompose` does this rounding with exact integer arithmetic (no cast), so the course can show *why* a
 value is stored the way it is; the tests check it bit for bit against torch casts.
 """
@@ -31,6 +38,7 @@ import html
 import math
 import numbers
 import re
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -40,16 +48,30 @@ KINDS = ("zero", "subnormal", "normal", "inf", "nan")
 
 @dataclass(frozen=True)
 class FloatFormat:
-    """The layout of one binary floating-point format and the limits that follow from it."""
+    """The layout of one binary floating-point format and the limits that follow from it.
+
+    ``special`` says where the special values live: ``"ieee"`` (the all-ones exponent is inf and NaN), ``"fn"``
+    (finite and NaN only, as E4M3FN: the all-ones exponent holds normals, all-ones mantissa there is NaN) or
+    ``"e8m0"`` (exponent only, unsigned, no zero; 0xFF is NaN).
+    """
 
     name: str
     dtype: torch.dtype
     exponent_bits: int
     mantissa_bits: int
+    special: str = "ieee"
+
+    @property
+    def signed(self) -> bool:
+        return self.special != "e8m0"
+
+    @property
+    def has_inf(self) -> bool:
+        return self.special == "ieee"
 
     @property
     def bits(self) -> int:
-        return 1 + self.exponent_bits + self.mantissa_bits
+        return int(self.signed) + self.exponent_bits + self.mantissa_bits
 
     @property
     def bias(self) -> int:
@@ -58,15 +80,17 @@ class FloatFormat:
     @property
     def emin(self) -> int:
         """Exponent of the smallest normal number (subnormals share it)."""
-        return 1 - self.bias
+        return -self.bias if self.special == "e8m0" else 1 - self.bias
 
     @property
     def emax(self) -> int:
         """Exponent of the largest finite number."""
-        return self.bias
+        return self.bias + 1 if self.special == "fn" else self.bias
 
     @property
     def max(self) -> float:
+        if self.special == "fn":  # the all-ones mantissa of the top binade is NaN: one step below it
+            return math.ldexp(2.0 - 2.0 ** (1 - self.mantissa_bits), self.emax)
         return math.ldexp(2.0 - 2.0**-self.mantissa_bits, self.emax)
 
     @property
@@ -84,7 +108,12 @@ class FloatFormat:
 
     @property
     def overflow_threshold(self) -> float:
-        """The smallest magnitude that rounds to infinity: ``max + ulp(max)/2`` (a tie; to even = inf)."""
+        """The smallest magnitude that rounds to infinity: ``max + ulp(max)/2`` (a tie; to even = inf).
+
+        For E4M3FN (no inf) it is the tie ``max + ulp(max)/2`` = 464, which rounds *down* to the even 448: only
+        magnitudes strictly above it overflow (to NaN, or to 448 on a saturating cast)."""
+        if self.special == "fn":
+            return self.max + math.ldexp(1.0, self.emax - self.mantissa_bits - 1)
         return math.ldexp(2.0 - 2.0 ** -(self.mantissa_bits + 1), self.emax)
 
     def log2(self) -> tuple[float, float, float]:
@@ -96,6 +125,17 @@ FLOAT32 = FloatFormat("float32", torch.float32, 8, 23)
 FLOAT16 = FloatFormat("float16", torch.float16, 5, 10)
 BFLOAT16 = FloatFormat("bfloat16", torch.bfloat16, 8, 7)
 FORMATS = (FLOAT32, FLOAT16, BFLOAT16)
+FLOAT8_E4M3FN = FloatFormat("float8_e4m3fn", torch.float8_e4m3fn, 4, 3, "fn")
+FLOAT8_E5M2 = FloatFormat("float8_e5m2", torch.float8_e5m2, 5, 2)
+# the MX scale format: torch 2.7 and later (torch 2.4 has no such dtype, and then no E8M0 here)
+E8M0 = (
+    FloatFormat("float8_e8m0fnu", torch.float8_e8m0fnu, 8, 0, "e8m0")
+    if hasattr(torch, "float8_e8m0fnu")
+    else None
+)
+FLOAT8_FORMATS = tuple(fmt for fmt in (FLOAT8_E4M3FN, FLOAT8_E5M2, E8M0) if fmt is not None)
+ALL_FORMATS = FORMATS + FLOAT8_FORMATS
+OVERFLOW_MODES = ("saturate", "nan")
 
 _ALIASES = {
     "float32": FLOAT32,
@@ -107,7 +147,16 @@ _ALIASES = {
     "half": FLOAT16,
     "bfloat16": BFLOAT16,
     "bf16": BFLOAT16,
+    "float8_e4m3fn": FLOAT8_E4M3FN,
+    "e4m3fn": FLOAT8_E4M3FN,
+    "e4m3": FLOAT8_E4M3FN,
+    "fp8_e4m3": FLOAT8_E4M3FN,
+    "float8_e5m2": FLOAT8_E5M2,
+    "e5m2": FLOAT8_E5M2,
+    "fp8_e5m2": FLOAT8_E5M2,
 }
+if E8M0 is not None:
+    _ALIASES.update({"float8_e8m0fnu": E8M0, "e8m0": E8M0})
 _SUPPORTED = (
     "torch.float32, torch.float16 or torch.bfloat16 (or the strings 'float32', 'float16', 'bfloat16')"
 )
@@ -118,7 +167,7 @@ def get_format(dtype) -> FloatFormat:
     if isinstance(dtype, FloatFormat):
         return dtype
     if isinstance(dtype, torch.dtype):
-        for fmt in FORMATS:
+        for fmt in ALL_FORMATS:
             if fmt.dtype == dtype:
                 return fmt
         raise ValueError(f"{dtype} is not one of the formats this course decomposes; use {_SUPPORTED}.")
@@ -159,7 +208,7 @@ def _as_float(x) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-def encode(x: float, fmt: FloatFormat) -> tuple[int, int, int]:
+def encode(x: float, fmt: FloatFormat, overflow: str = "nan") -> tuple[int, int, int]:
     """``(sign, biased_exponent, mantissa)`` of ``x`` rounded once to ``fmt``, ties to even.
 
     How: write ``|x| = q * 2^(e - mantissa_bits)`` where ``e`` is the exponent of ``|x|``'s leading bit, but
@@ -168,7 +217,15 @@ def encode(x: float, fmt: FloatFormat) -> tuple[int, int, int]:
     bits, and rounding the number to the format is rounding ``q`` to an integer, ties to even (Python's
     ``round``). If that carries into a new bit the exponent grows by one; past ``emax`` the result is
     infinity.
+
+    A format with no infinity (E4M3FN) overflows to NaN (``overflow="nan"``, a non-saturating cast, as
+    ml_dtypes) or to +-max (``"saturate"``, as torch's CPU cast since 2026); E8M0 has its own rule
+    (:func:`encode_e8m0`).
     """
+    if fmt.special == "e8m0":
+        return encode_e8m0(x)
+    if fmt.special == "fn":
+        return _encode_finite(x, fmt, overflow)
     sign = 1 if math.copysign(1.0, x) < 0 else 0
     all_ones = 2**fmt.exponent_bits - 1
     if math.isnan(x):
@@ -192,10 +249,63 @@ def encode(x: float, fmt: FloatFormat) -> tuple[int, int, int]:
     return sign, 0, q  # subnormal (or zero when everything rounded away)
 
 
+def _encode_finite(x: float, fmt: FloatFormat, overflow: str) -> tuple[int, int, int]:
+    """:func:`encode` for a format without infinity: the IEEE rounding, with overflow to NaN or to +-max."""
+    if overflow not in OVERFLOW_MODES:
+        raise ValueError(f"overflow must be one of {OVERFLOW_MODES}; got {overflow!r}.")
+    sign = 1 if math.copysign(1.0, x) < 0 else 0
+    all_ones, nan_mantissa = 2**fmt.exponent_bits - 1, 2**fmt.mantissa_bits - 1
+    saturated = (
+        (sign, all_ones, nan_mantissa - 1) if overflow == "saturate" else (sign, all_ones, nan_mantissa)
+    )
+    if math.isnan(x):
+        return sign, all_ones, nan_mantissa
+    magnitude = abs(x)
+    if math.isinf(magnitude) or magnitude > fmt.overflow_threshold:
+        return saturated
+    if magnitude == 0.0:
+        return sign, 0, 0
+    exponent = max(math.frexp(magnitude)[1] - 1, fmt.emin)
+    q = round(math.ldexp(magnitude, fmt.mantissa_bits - exponent))
+    if q == 2 ** (fmt.mantissa_bits + 1):
+        q //= 2
+        exponent += 1
+    hidden = 2**fmt.mantissa_bits
+    if q >= hidden:
+        return sign, exponent + fmt.bias, q - hidden
+    return sign, 0, q
+
+
+def encode_e8m0(x: float) -> tuple[int, int, int]:
+    """``(0, biased_exponent, 0)`` of ``x`` in E8M0, by torch's rule on the float32 bits of ``x``.
+
+    E8M0 has no sign, no zero and no mantissa: torch keeps float32's exponent field and rounds the significand
+    to nearest, ties up (1.5 * 2^k becomes 2^(k+1)); the sign is dropped, zero and everything below 2^-127
+    become 2^-127 (torch also rounds a float32 subnormal above 2^-127 up to 2^-126), inf and NaN become NaN
+    (0xFF), and rounding up from 2^127 gives NaN too. ml_dtypes differs on zero, negatives and subnormals (NaN).
+    """
+    bits = struct.unpack("<I", struct.pack("<f", x))[0] if math.isfinite(x) else 0xFF << 23
+    exponent = (bits >> 23) & 0xFF
+    if exponent == 0xFF:
+        return 0, 0xFF, 0
+    guard, round_bit, sticky = bool(bits & 0x400000), bool(bits & 0x200000), bool(bits & 0x1FFFFF)
+    if guard and (round_bit or sticky or exponent > 0):
+        exponent += 1  # 254 -> 255: NaN
+    return 0, exponent, 0
+
+
 def decode(sign: int, biased_exponent: int, mantissa: int, fmt: FloatFormat) -> float:
     """The value of the fields ``(sign, biased_exponent, mantissa)`` in ``fmt`` as a Python float (exact)."""
     all_ones = 2**fmt.exponent_bits - 1
-    if biased_exponent == all_ones:
+    if fmt.special == "e8m0":
+        return math.nan if biased_exponent == all_ones else math.ldexp(1.0, biased_exponent - fmt.bias)
+    if biased_exponent == all_ones and fmt.special == "fn":  # no inf: normals, and one NaN pattern
+        if mantissa == 2**fmt.mantissa_bits - 1:
+            return math.nan
+        magnitude = math.ldexp(
+            mantissa + 2**fmt.mantissa_bits, biased_exponent - fmt.bias - fmt.mantissa_bits
+        )
+    elif biased_exponent == all_ones:
         magnitude = math.nan if mantissa else math.inf
     elif biased_exponent == 0:
         magnitude = math.ldexp(mantissa, fmt.emin - fmt.mantissa_bits)
@@ -206,10 +316,26 @@ def decode(sign: int, biased_exponent: int, mantissa: int, fmt: FloatFormat) -> 
     return -magnitude if sign else magnitude
 
 
-def round_to(x: float, dtype) -> float:
+def round_to(x: float, dtype, overflow: str = "nan") -> float:
     """``x`` rounded once to the format (IEEE round-to-nearest-even), as a Python float."""
     fmt = get_format(dtype)
-    return decode(*encode(_as_float(x), fmt), fmt)
+    return decode(*encode(_as_float(x), fmt, overflow), fmt)
+
+
+_OVERFLOW_PROBE = {}
+
+
+def cast_overflow(dtype=torch.float8_e4m3fn) -> str:
+    """What *this build's* ``tensor.to(float8_e4m3fn)`` does beyond the largest finite value: ``"saturate"``
+    (500 -> 448, torch's CPU cast since 2026) or ``"nan"`` (500 -> NaN: torch 2.4, and ml_dtypes). Measured
+    once per process; ``"inf"`` for a format that has infinity."""
+    fmt = get_format(dtype)
+    if fmt.special != "fn":
+        return "inf"
+    if fmt.name not in _OVERFLOW_PROBE:
+        stored = torch.tensor([2 * fmt.max], dtype=torch.float32).to(fmt.dtype).float().item()
+        _OVERFLOW_PROBE[fmt.name] = "nan" if math.isnan(stored) else "saturate"
+    return _OVERFLOW_PROBE[fmt.name]
 
 
 @dataclass(frozen=True)
@@ -223,6 +349,7 @@ class Decomposition:
     mantissa: str
     value: float
     kind: str
+    overflow: str = "nan"
 
     @property
     def dtype(self) -> torch.dtype:
@@ -230,6 +357,8 @@ class Decomposition:
 
     @property
     def bits(self) -> str:
+        if not self.format.signed:
+            return f"{self.exponent}{self.mantissa}"
         return f"{self.sign}{self.exponent}{self.mantissa}"
 
     @property
@@ -247,7 +376,7 @@ class Decomposition:
         if self.kind not in ("normal", "subnormal"):
             return None
         lead = 1 if self.kind == "normal" else 0
-        return lead + int(self.mantissa, 2) / 2 ** len(self.mantissa)
+        return lead + int(self.mantissa or "0", 2) / 2 ** len(self.mantissa)
 
     @property
     def abs_error(self) -> float:
@@ -283,6 +412,8 @@ class Decomposition:
     def note(self) -> str:
         """One sentence on what happened to x, for tables and the explorer."""
         fmt = self.format
+        if fmt.special != "ieee" or fmt in FLOAT8_FORMATS:
+            return _eight_bit_note(self)
         if self.kind == "nan":
             return "NaN stays NaN"
         once = round_to(self.x, fmt)
@@ -332,7 +463,42 @@ class Decomposition:
         )
 
 
-def decompose(x, dtype) -> Decomposition:
+def _eight_bit_note(d: Decomposition) -> str:
+    """:attr:`Decomposition.note` for the 8-bit formats (lesson 11): their special values differ."""
+    fmt, x = d.format, d.x
+    if math.isnan(x):
+        return "NaN stays NaN"
+    if fmt.special == "e8m0":
+        if math.isinf(x):
+            return "E8M0 has no infinity: inf becomes NaN (0xFF)"
+        if x == 0 or abs(x) < fmt.smallest_normal:
+            return "E8M0 has no zero: torch stores 2^-127, its smallest value (ml_dtypes gives NaN)"
+        if d.kind == "nan":
+            return "beyond 2^127 E8M0 has only NaN"
+        sign = "no sign bit: |x| kept; " if x < 0 else ""
+        return sign + (
+            "exact: a power of two"
+            if d.value == abs(x)
+            else f"rounded to the power of two 2^{d.exponent_value}"
+        )
+    if fmt.special == "fn" and (math.isinf(x) or abs(x) > fmt.overflow_threshold):
+        if d.kind == "nan":
+            return f"no infinity in {fmt.name}: |x| > {fmt.overflow_threshold:g} becomes NaN (a non-saturating cast)"
+        return (
+            f"no infinity in {fmt.name}: this cast saturates |x| > {fmt.overflow_threshold:g} to {fmt.max:g}"
+        )
+    if d.outcome == "overflow":
+        return f"overflow: |x| >= {fmt.overflow_threshold:.6g} rounds to inf"
+    if d.outcome == "underflow":
+        return f"underflow: |x| <= {fmt.smallest_subnormal / 2:.3g} rounds to zero"
+    if abs(d.value) == fmt.max and abs(x) > fmt.max:
+        return "just above max: rounds down to max"
+    if d.outcome == "exact":
+        return "exact" + (" (subnormal)" if d.kind == "subnormal" else "")
+    return "rounded to nearest" + (" (subnormal)" if d.kind == "subnormal" else "")
+
+
+def decompose(x, dtype, *, overflow: str | None = None) -> Decomposition:
     """Split ``x`` as it is stored in ``dtype`` (torch.float32, float16 or bfloat16) into its fields.
 
     Returns a :class:`Decomposition` with ``sign`` (0/1), ``exponent`` and ``mantissa`` (bit strings: 8/23
@@ -348,6 +514,12 @@ def decompose(x, dtype) -> Decomposition:
 
     Negative zero keeps its sign; NaN and +-inf pass through; a finite x that rounds beyond ``max`` becomes
     +-inf (only ``|x| >= max + ulp(max)/2`` does: 65510 rounds down to 65504 in float16).
+
+    Lesson 11's 8-bit formats work too (``torch.float8_e4m3fn``, ``torch.float8_e5m2`` and, on torch 2.7+,
+    ``torch.float8_e8m0fnu``; E8M0 has no sign bit and no mantissa, so ``mantissa`` is ``""`` and ``bits`` has 8
+    digits). E4M3FN has no infinity: beyond 464 it becomes NaN or saturates to +-448 depending on the cast;
+    ``overflow`` (``"nan"`` or ``"saturate"``) picks one, and by default it is what this build's torch cast does
+    (:func:`cast_overflow`).
     """
     fmt = get_format(dtype)
     value = _as_float(x)
@@ -355,12 +527,20 @@ def decompose(x, dtype) -> Decomposition:
         via = round_to(value, FLOAT32)  # torch's route for a Python float: float64 -> float32 -> target
     else:
         via = value
-    sign, biased, mantissa = encode(via, fmt)
+    if overflow is None:
+        overflow = cast_overflow(fmt.dtype) if fmt.special == "fn" else "nan"
+    sign, biased, mantissa = encode(via, fmt, overflow)
     if math.isnan(via) and fmt is BFLOAT16:
         sign = 0  # torch's bfloat16 conversion returns the canonical NaN 0x7FC0, whatever the sign
+    if math.isnan(via) and fmt in FLOAT8_FORMATS:
+        mantissa = 2**fmt.mantissa_bits - 1  # torch's 8-bit NaN: all ones (0x7F, 0xFF)
     stored = decode(sign, biased, mantissa, fmt)
     all_ones = 2**fmt.exponent_bits - 1
-    if biased == all_ones:
+    if fmt.special != "ieee":
+        kind = "nan" if math.isnan(stored) else ("zero" if stored == 0 else "normal")
+        if stored != 0 and biased == 0 and fmt.special == "fn":
+            kind = "subnormal"
+    elif biased == all_ones:
         kind = "nan" if mantissa else "inf"
     elif biased == 0:
         kind = "subnormal" if mantissa else "zero"
@@ -371,9 +551,10 @@ def decompose(x, dtype) -> Decomposition:
         format=fmt,
         sign=sign,
         exponent=format(biased, f"0{fmt.exponent_bits}b"),
-        mantissa=format(mantissa, f"0{fmt.mantissa_bits}b"),
+        mantissa=format(mantissa, f"0{fmt.mantissa_bits}b") if fmt.mantissa_bits else "",
         value=stored,
         kind=kind,
+        overflow=overflow,
     )
 
 
@@ -393,24 +574,25 @@ def ulp(x, dtype) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-def finfo_table():
+def finfo_table(formats=FORMATS):
     """One row per format, every number taken from ``torch.finfo`` (smallest subnormal = tiny * eps).
 
     ``torch.finfo`` has no field for the smallest subnormal; it is one mantissa step above zero in the lowest
     binade, ``smallest_normal * eps``. Exponent and mantissa widths follow from ``bits`` and
-    ``eps = 2^-mantissa``.
+    ``eps = 2^-mantissa``. ``formats`` (default FP32, FP16, BF16) may name lesson 11's 8-bit formats too
+    (E8M0 has no sign bit and no subnormals: its smallest subnormal is its smallest value, 2^-127).
     """
     import pandas as pd
 
     rows = []
-    for fmt in FORMATS:
+    for fmt in (get_format(f) for f in formats):
         info = torch.finfo(fmt.dtype)
         mantissa = round(-math.log2(info.eps))
         rows.append(
             {
                 "format": fmt.name,
                 "bits": info.bits,
-                "exponent bits": info.bits - 1 - mantissa,
+                "exponent bits": info.bits - int(fmt.signed) - mantissa,
                 "mantissa bits": mantissa,
                 "max": info.max,
                 "smallest normal": info.tiny,
@@ -429,7 +611,9 @@ def next_up(t: torch.Tensor) -> torch.Tensor:
     float up is the next integer. That works on every device and torch version (``torch.nextafter`` does not
     support float16/bfloat16 everywhere).
     """
-    int_type = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}[t.dtype]
+    int_type = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}.get(
+        t.dtype, torch.uint8
+    )
     return (t.view(int_type) + 1).view(t.dtype)
 
 
@@ -459,7 +643,10 @@ _COLOURS = {"sign": "#c62828", "exponent": "#1565c0", "mantissa": "#ef6c00"}
 def bits_html(d: Decomposition) -> str:
     """The bit fields as coloured monospace HTML: sign red, exponent blue, mantissa orange."""
     parts = []
-    for field, text in (("sign", str(d.sign)), ("exponent", d.exponent), ("mantissa", d.mantissa)):
+    fields = (("sign", str(d.sign)), ("exponent", d.exponent), ("mantissa", d.mantissa))
+    for field, text in fields if d.format.signed else fields[1:]:
+        if not text:
+            continue
         parts.append(f"<span title='{field}' style='color:{_COLOURS[field]};font-weight:bold'>{text}</span>")
     return "<code style='font-size:110%;letter-spacing:1px'>" + "&nbsp;".join(parts) + "</code>"
 
@@ -485,11 +672,11 @@ def parse_number(text) -> float:
     raise ValueError(f"{text!r} is not a number. Type e.g. 0.1, 1e-8, 65519, -0.0, inf, nan or 2**-24.")
 
 
-def explorer_table(x):
+def explorer_table(x, formats=FORMATS):
     """One row per format: sign/exponent/mantissa bits, stored value, errors, kind, what happened to ``x``."""
     import pandas as pd
 
-    rows = [decompose(x, fmt.dtype).as_dict() for fmt in FORMATS]
+    rows = [decompose(x, get_format(fmt).dtype).as_dict() for fmt in formats]
     return pd.DataFrame(rows).set_index("format").drop(columns="x")
 
 
@@ -497,7 +684,7 @@ def _number(value: float) -> str:
     return repr(value) if not math.isfinite(value) or value == 0 else f"{value:.10g}"
 
 
-def explorer_html(x) -> str:
+def explorer_html(x, formats=FORMATS) -> str:
     """The explorer's picture of ``x``: coloured bits per format, stored value, error, what happened."""
     try:
         value = parse_number(x)
@@ -509,7 +696,7 @@ def explorer_html(x) -> str:
         + "</div>"
     )
     rows = []
-    for fmt in FORMATS:
+    for fmt in (get_format(f) for f in formats):
         d = decompose(value, fmt.dtype)
         rows.append(
             f"<tr><td><b>{fmt.name}</b></td><td>{bits_html(d)}</td><td><code>{d.value!r}</code></td>"
@@ -575,8 +762,9 @@ def typed_after_slide(
     return repr(-magnitude if negative else magnitude)
 
 
-def format_explorer(x: float | str = 0.1):
-    """A widget: type a number or drag log2|x|, see its bits, stored value and error in all three formats.
+def format_explorer(x: float | str = 0.1, formats=FORMATS):
+    """A widget: type a number or drag log2|x|, see its bits, stored value and error in each format
+    (FP32, FP16 and BF16 unless ``formats`` names others, e.g. lesson 11's ``FLOAT8_FORMATS``).
 
     The picture is :func:`explorer_html` of the text in the box; the slider follows the box
     (:func:`slider_position`) and moving it writes a new number into the box (:func:`typed_after_slide`), but
@@ -600,7 +788,7 @@ def format_explorer(x: float | str = 0.1):
         readout_format=".2f",
         layout=widgets.Layout(width="600px"),
     )
-    out = widgets.HTML(value=explorer_html(text.value))
+    out = widgets.HTML(value=explorer_html(text.value, formats))
 
     def follow_text(typed):
         position = slider_position(typed, slider.step, slider.min, slider.max)
@@ -608,7 +796,7 @@ def format_explorer(x: float | str = 0.1):
             slider.value = position  # on_slider sees its own place and keeps the text
 
     def on_text(change):
-        out.value = explorer_html(change["new"])
+        out.value = explorer_html(change["new"], formats)
         follow_text(change["new"])
 
     def on_slider(change):

@@ -409,3 +409,146 @@ def test_explorer_keeps_what_was_typed_when_the_slider_echoes():
     assert "<code>65504.0</code>" in float16_row  # what float16 stores for 65519, as the lesson's quiz says
     box.slider.value = 16.25  # a real move
     assert box.text.value == repr(2.0**16.25) and "inf" in box.output.value
+
+
+# ------------------------------------------------------------------------------------------------
+# lesson 11's 8-bit formats: E4M3FN, E5M2 and (torch 2.7+) E8M0, against torch and ml_dtypes
+# ------------------------------------------------------------------------------------------------
+
+FLOAT8 = formats.FLOAT8_FORMATS
+
+
+def float32_values(n=6000, seed=1):
+    """Random float32 bit patterns, random magnitudes over float32's range, and the 8-bit formats' edges."""
+    rng = random.Random(seed)
+    values = [struct.unpack("<f", struct.pack("<I", rng.getrandbits(32)))[0] for _ in range(n)]
+    values += [rng.choice((-1, 1)) * math.ldexp(rng.random(), rng.randint(-140, 130)) for _ in range(n)]
+    for fmt in FLOAT8:
+        for v in (fmt.max, fmt.smallest_normal, fmt.smallest_subnormal, fmt.overflow_threshold):
+            values += [v, -v, v * 1.25, v * 0.75, v / 2, v * 2]
+    values += [448.0, 464.0, 465.0, 480.0, 500.0, 57344.0, 61440.0, 1e6, 0.0, -0.0, 3.0, 1.5, 0.75, 2.0**-127]
+    return torch.tensor(values, dtype=torch.float32).double().tolist()  # every value exactly a float32
+
+
+@pytest.mark.parametrize("fmt", FLOAT8, ids=lambda f: f.name)
+def test_eight_bit_decompose_matches_this_builds_torch_bit_for_bit(fmt):
+    values = float32_values()
+    stored = torch.tensor(values, dtype=torch.float32).to(fmt.dtype)
+    direct = torch.tensor(values, dtype=fmt.dtype)  # a Python float's own route
+    assert torch.equal(stored.view(torch.uint8), direct.view(torch.uint8))
+    for x, bits, value in zip(values, stored.view(torch.uint8).tolist(), stored.double().tolist()):
+        d = decompose(x, fmt.dtype)
+        if math.isnan(value):
+            assert d.kind == "nan" and math.isnan(d.value), (x, d)
+            continue
+        assert int(d.bits, 2) == bits and d.value == value, (x, d, bits, value)
+        assert math.copysign(1, d.value) == math.copysign(1, value), x
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+def test_eight_bit_decompose_matches_ml_dtypes_non_saturating_casts(name):
+    """ml_dtypes rounds to nearest even and turns E4M3FN overflow into NaN: an independent oracle."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    fmt = formats.get_format(name)
+    values = float32_values(seed=2)
+    with np.errstate(all="ignore"):
+        oracle = np.array(values, np.float32).astype(getattr(ml_dtypes, name)).astype(np.float64).tolist()
+    for x, want in zip(values, oracle):
+        got = decompose(x, fmt.dtype, overflow="nan").value
+        assert (math.isnan(got) and math.isnan(want)) or got == want, (x, got, want)
+
+
+def test_e8m0_matches_ml_dtypes_where_both_define_it():
+    """Positive normal float32 values below 1.5 * 2^127 round to the same power of two in torch's rule and in
+    ml_dtypes; zero, negatives and float32 subnormals differ (torch: 2^-127 or |x|; ml_dtypes: NaN)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if formats.E8M0 is None or not hasattr(ml_dtypes, "float8_e8m0fnu"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e8m0fnu (torch 2.7+)")
+    values = [v for v in float32_values(seed=3) if 2.0**-126 <= v < 1.5 * 2.0**127]
+    with np.errstate(all="ignore"):
+        oracle = np.array(values, np.float32).astype(ml_dtypes.float8_e8m0fnu).astype(np.float64).tolist()
+    assert len(values) > 1000
+    for x, want in zip(values, oracle):
+        assert decompose(x, torch.float8_e8m0fnu).value == want, x
+    assert math.isnan(float(np.float32(0.0).astype(ml_dtypes.float8_e8m0fnu)))  # where they differ
+    assert (
+        decompose(0.0, torch.float8_e8m0fnu).value == 2.0**-127 and "no zero" in decompose(0.0, "e8m0").note
+    )
+
+
+def test_eight_bit_format_constants_match_torch_finfo():
+    for fmt in FLOAT8:
+        info = torch.finfo(fmt.dtype)
+        assert (fmt.max, fmt.smallest_normal, fmt.eps, fmt.bits) == (info.max, info.tiny, info.eps, info.bits)
+    e4m3, e5m2 = formats.FLOAT8_E4M3FN, formats.FLOAT8_E5M2
+    assert (e4m3.max, e4m3.smallest_subnormal, e4m3.overflow_threshold, e4m3.has_inf) == (
+        448,
+        2**-9,
+        464,
+        False,
+    )
+    assert (e5m2.max, e5m2.smallest_subnormal, e5m2.overflow_threshold, e5m2.has_inf) == (
+        57344,
+        2**-16,
+        61440,
+        True,
+    )
+    table = formats.finfo_table(FLOAT8)
+    assert table.loc["float8_e4m3fn", "exponent bits"] == 4 and table.loc["float8_e5m2", "mantissa bits"] == 2
+    if formats.E8M0 is not None:
+        assert (
+            table.loc["float8_e8m0fnu", "exponent bits"] == 8
+            and table.loc["float8_e8m0fnu", "mantissa bits"] == 0
+        )
+
+
+def test_e4m3fn_overflow_follows_the_build_or_the_mode_asked_for():
+    mode = formats.cast_overflow(torch.float8_e4m3fn)
+    measured = torch.tensor([500.0]).to(torch.float8_e4m3fn).float().item()
+    assert mode == ("nan" if math.isnan(measured) else "saturate")
+    assert formats.cast_overflow(torch.float8_e5m2) == "inf"
+    assert decompose(500.0, torch.float8_e4m3fn, overflow="saturate").value == 448.0
+    assert math.isnan(decompose(500.0, torch.float8_e4m3fn, overflow="nan").value)
+    assert decompose(464.0, "e4m3", overflow="nan").value == 448.0  # the tie rounds down to the even 448
+    assert math.isnan(decompose(465.0, "e4m3", overflow="nan").value)
+    assert decompose(-math.inf, "e4m3", overflow="saturate").value == -448.0
+    assert "no infinity" in decompose(1e6, "e4m3").note
+    assert decompose(61440.0, "e5m2").kind == "inf" and decompose(57344.0, "e5m2").kind == "normal"
+    with pytest.raises(ValueError, match="overflow must be"):
+        decompose(500.0, "e4m3", overflow="clip")
+
+
+def test_eight_bit_fields_and_kinds():
+    d = decompose(0.1, torch.float8_e4m3fn)
+    assert (d.sign, d.exponent, d.mantissa, d.value, d.kind) == (0, "0011", "101", 0.1015625, "normal")
+    assert decompose(2.0**-9, "e4m3").kind == "subnormal" and decompose(2.0**-11, "e4m3").kind == "zero"
+    assert decompose(math.nan, "e4m3").bits == "01111111" and decompose(-math.nan, "e5m2").bits == "11111111"
+    assert decompose(2.0**-16, "e5m2").kind == "subnormal" and len(decompose(1.0, "e5m2").mantissa) == 2
+    if formats.E8M0 is not None:
+        e = decompose(3.0, torch.float8_e8m0fnu)
+        assert (e.exponent, e.mantissa, e.bits, e.value, e.kind) == (
+            "10000001",
+            "",
+            "10000001",
+            4.0,
+            "normal",
+        )
+        assert decompose(-4.0, "e8m0").value == 4.0 and "no sign" in decompose(-4.0, "e8m0").note
+        assert decompose(math.inf, "e8m0").kind == "nan" and decompose(1.5 * 2.0**127, "e8m0").kind == "nan"
+        assert e.significand == 1.0 and e.exponent_value == 2
+
+
+def test_the_explorer_shows_eight_bit_formats_when_asked():
+    table = formats.explorer_table(500, formats=FLOAT8)
+    assert list(table.index) == [f.name for f in FLOAT8]
+    assert table.loc["float8_e5m2", "stored value"] == 512.0
+    page = formats.explorer_html("500", formats=FLOAT8)
+    assert page.count("<tr>") == 1 + len(FLOAT8) and "float8_e4m3fn" in page
+    box = formats.format_explorer(0.1, formats=FLOAT8)
+    box.text.value = "1e6"
+    assert "float8_e5m2" in box.output.value and "inf" in box.output.value
+    assert formats.explorer_table(500).index.tolist() == [
+        "float32",
+        "float16",
+        "bfloat16",
+    ]  # lesson 01's default
