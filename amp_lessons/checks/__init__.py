@@ -32,6 +32,7 @@ CHECKS = {
     "check_synced_train_step": "amp_lessons.l09_amp_across_processes.check",
     "check_stochastic_round": "amp_lessons.l10_where_fp32_lives.check",
     "check_quantize_blocks": "amp_lessons.l11_below_16_bits.check",
+    "check_criteria_from_reference": "amp_lessons.l12_your_model_validated.check",
 }
 
 __all__ = ["CheckResult", *CHECKS]
