@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
 import logging
 import warnings
@@ -62,11 +63,9 @@ def library_support(name: str, *submodules: str) -> Support:
             module = importlib.import_module(name)
             for submodule in submodules:
                 importlib.import_module(f"{name}.{submodule}")
-    except ImportError as exc:
-        if getattr(exc, "name", None) == name:
-            return Support(name, False, None, f"{name} is not installed: pip install {name}")
-        return Support(name, False, None, _failure(name, exc))
     except Exception as exc:  # a library that breaks on this torch raises anything at import time
+        if importlib.util.find_spec(name) is None:
+            return Support(name, False, None, f"{name} is not installed: pip install {name}")
         return Support(name, False, None, _failure(name, exc))
     return Support(name, True, getattr(module, "__version__", "?"), "")
 
