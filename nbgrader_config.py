@@ -14,6 +14,7 @@ Set ``AMP_LESSONS_COURSE_ID`` to run two courses on one exchange, ``AMP_LESSONS_
 """
 
 import os
+import sys
 
 c = get_config()  # noqa: F821  (traitlets defines get_config while it reads this file)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,10 +31,36 @@ c.ClearSolutions.enforce_metadata = True
 c.GenerateAssignment.create_assignment = True
 
 # autograde: check cells come from the source, never from the learner's copy; a deleted one is put back.
-# Under nbgrader a check that does not pass raises (see amp_lessons.checks.harness.strict_mode): 0 points.
 c.OverwriteCells.add_missing_cells = True
 c.Autograde.create_student = True
-c.Execute.timeout = 120  # seconds per cell; each lesson's checks answer in a few seconds on a laptop CPU
+c.Execute.timeout = 120  # seconds per cell (nbgrader's own Execute; the course's judge replaces it below)
+
+# autograde runs each submission through the course's judge (docs/grading.md), not nbgrader's Execute: the
+# learner's cells run in a sandboxed kernel with a clean environment and a throw-away home, every check is
+# judged outside it, and each check cell's output is written from the verdict (a pass as text, anything else
+# as an error showing the learner's message), so nbgrader scores it as before.
+sys.path.insert(0, HERE)
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
+    CheckCellMetadata,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
+
+from amp_lessons.tools.grade.nbgrader_judge import JudgedExecute  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [
+    JudgedExecute,
+    IgnorePattern,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    SaveAutoGrades,
+    AssignLatePenalties,
+    CheckCellMetadata,
+]
+c.JudgedExecute.timeout = 300  # seconds for a whole notebook (measured: 5-16 s each on a laptop CPU)
 
 # collect: with one account per learner (JupyterHub, a lab of machines) nbgrader warns ("cheating attempt?")
 # when a submission's files belong to another account than the learner it names. Read collect's log.

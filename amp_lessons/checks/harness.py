@@ -134,6 +134,11 @@ class LearnerProblem(Exception):
         self.result = result
 
 
+class GradingProblem(BaseException):
+    """Raised by the grader's stand-in for a learner function when grading itself broke (never by learner
+    code): ``call_learner`` lets it through, so the check reports a checker error, not a learner mistake."""
+
+
 class CheckTimeout(BaseException):
     """Raised inside learner code when a check runs past its time budget.
 
@@ -160,6 +165,9 @@ def _learner_location(tb) -> str:
 
 
 def describe_exception(exc: BaseException) -> str:
+    remote = getattr(exc, "remote_description", "")
+    if remote:  # raised in the learner's sandboxed kernel while grading: described there, the same way
+        return str(remote)
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     location = _learner_location(exc.__traceback__)
@@ -200,7 +208,7 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
         return fn(*args, **kwargs)
     except NotImplementedError:
         raise LearnerProblem(not_done(name)) from None
-    except (LearnerProblem, CheckTimeout, KeyboardInterrupt, SystemExit):
+    except (LearnerProblem, CheckTimeout, GradingProblem, KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:
         raise LearnerProblem(failed(f"{name} raised an error: {describe_exception(exc)}")) from None
@@ -406,7 +414,7 @@ def _record(result: CheckResult) -> None:
         record.record(result.exercise, result.passed, result.status, result.message)
     except Exception as exc:  # progress is a convenience: it must never break a check
         print(f"(progress not saved: {exc})", file=sys.stderr)
-    try:  # only `python -m amp_lessons grade` sets AMP_LESSONS_RESULTS_FILE: it reads verdicts from there
+    try:  # AMP_LESSONS_RESULTS_FILE: a results file for scripts; graders judge outside the kernel (docs/grading.md)
         record.report_to_grader(result.exercise, result.passed, result.status, result.message)
     except Exception as exc:
         print(f"(grader not told: {exc})", file=sys.stderr)

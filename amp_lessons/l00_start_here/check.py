@@ -16,18 +16,16 @@ from __future__ import annotations
 import warnings
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from amp_lessons.checks.harness import call_learner, checker, failed, passed
 from amp_lessons.core.autocast_state import (
-    MATMUL_LIKE,
     OpDtypeRecorder,
-    autocast_dtype,
     autocast_enabled,
     dtype_name,
     switch_autocast_off,
 )
 from amp_lessons.core.cuda_labelled import CudaLabelled
+from amp_lessons.l00_start_here.spies import AutocastAtMatmul
 
 # Tensor methods that cast by hand, bypassing autocast's per-op policy (named in messages when they changed a
 # dtype).
@@ -41,27 +39,6 @@ def real_casts(ops: OpDtypeRecorder) -> list:
         if call.name in HAND_CASTS and any(d != call.output_dtype for d in call.input_dtypes):
             names.add(call.name)
     return sorted(names)
-
-
-class AutocastAtMatmul(TorchFunctionMode):
-    """At every matmul-like call: was CPU autocast on, was CUDA autocast on (or asked for), in which dtype."""
-
-    def __init__(self, caught: list):
-        super().__init__()
-        self.caught = caught  # the warnings of the call so far ("CUDA is not available" = CUDA was asked for)
-        self.seen: list[dict] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in MATMUL_LIKE:
-            asked = any("cuda" in str(w.message).lower() for w in self.caught)
-            self.seen.append(
-                {
-                    "cpu": autocast_enabled("cpu"),
-                    "cuda": autocast_enabled("cuda") or asked,
-                    "cuda_dtype": autocast_dtype("cuda"),
-                }
-            )
-        return func(*args, **(kwargs or {}))
 
 
 def _cuda_labelled_case(autocast_matmul, a, b):

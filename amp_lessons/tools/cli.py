@@ -1,12 +1,14 @@
 """Command line: `python -m amp_lessons <command>`.
 
-doctor            is this machine ready for the course? (exit 0 when it is)
+doctor            is this machine ready for the course? (exit 0 when it is; --instructor: ready to grade?)
+learner-config    write a learner's nbgrader settings (course id, exchange; --student NAME on a shared account)
 build-exercises   regenerate exercises/ from solutions/ (--check: fail when exercises/ is stale)
 mark-solutions    give solution and check cells in solutions/ the nbgrader metadata they lack
 clean PATH...     strip outputs and execution counts from notebooks (what the repository stores)
 grade PATH...     run learners' exercise notebooks headless and tabulate every check (CSV + summary)
 progress          what this learner has done: passed / attempted / not started, per exercise
 gpu-report        on a CUDA GPU: run the suite and lessons, keep the GPU figures (docs/gpu_report.json)
+validate RECIPE   the course's validation protocol on your model: report.html + report.json, a CI gate (lesson 12)
 
 Each command imports what it needs when it runs, so `doctor` still explains a machine where numpy, torch
 or Jupyter is missing instead of failing to start.
@@ -20,9 +22,9 @@ from pathlib import Path
 
 
 def cmd_doctor(args) -> int:
-    from amp_lessons.tools.doctor import run_doctor
+    from amp_lessons.tools.doctor import run_doctor, run_instructor_doctor
 
-    return run_doctor()
+    return run_instructor_doctor() if args.instructor else run_doctor()
 
 
 def cmd_build_exercises(args) -> int:
@@ -95,54 +97,9 @@ def cmd_clean(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from amp_lessons.tools.grade import grade, table
+    from amp_lessons.tools.grade.command import run
 
-    if args.timeout <= 0 or args.jobs < 1:
-        print("--timeout must be a positive number of seconds and --jobs at least 1.", file=sys.stderr)
-        return 2
-    notebooks = grade.find_notebooks(args.paths)
-    if not notebooks:
-        print("No notebooks found in " + ", ".join(args.paths), file=sys.stderr)
-        return 2
-    try:
-        csv_path = table.prepare_output(Path(args.csv), grade.pending_rows(notebooks))
-    except table.OutputError as exc:
-        print(f"{exc}. Nothing was graded.", file=sys.stderr)
-        return 2
-    print(
-        f"Grading {len(notebooks)} notebook(s), at most {args.timeout:g} s each, {args.jobs} at a time; "
-        f"{csv_path} is rewritten as each one finishes...",
-        flush=True,
-    )
-
-    def report(path, rows):
-        exercises = [r for r in rows if r["exercise"] != grade.WHOLE_NOTEBOOK]
-        statuses = ", ".join(sorted({table.safe_text(r["status"]) for r in rows}))
-        passed = sum(bool(r["passed"]) for r in exercises)
-        name = table.safe_text(grade.display_name(path))
-        print(f"  {name}: {passed} of {len(exercises)} passed ({statuses})", flush=True)
-
-    try:
-        rows = grade.grade(
-            notebooks,
-            timeout=args.timeout,
-            kernel_name=args.kernel,
-            jobs=args.jobs,
-            on_notebook=report,
-            csv_path=csv_path,
-            sources=args.source,
-        )
-    except KeyboardInterrupt:
-        print(
-            f"\nInterrupted. {csv_path} keeps every notebook graded so far; the others say "
-            f"'{grade.NOT_GRADED}'.",
-            file=sys.stderr,
-        )
-        return 130
-    print()
-    print(grade.summary(rows))
-    print(f"\nWrote {csv_path} ({len(rows)} rows).")
-    return 0
+    return run(args)
 
 
 def cmd_progress(args) -> int:
@@ -165,19 +122,22 @@ def cmd_gpu_report(args) -> int:
     return gpu_report([])
 
 
+def cmd_validate(arguments) -> int:
+    from amp_lessons.l12_your_model_validated.command import main as validate
+
+    return validate(arguments)
+
+
+def _validate_parser(commands) -> None:
+    # listed in --help only: main() hands `validate ...` to lesson 12's own parser, which reads its arguments
+    commands.add_parser("validate", help="validate AMP on your model from a recipe (docs/validate.md)")
+
+
 def _grade_parser(commands) -> None:
+    from amp_lessons.tools.grade.command import add_arguments  # standard library only at import
+
     command = commands.add_parser("grade", help="run learners' exercise notebooks and tabulate the checks")
-    command.add_argument("paths", nargs="+", metavar="PATH", help="notebooks, or folders to search")
-    command.add_argument("--timeout", type=float, default=120.0, help="seconds per notebook (default 120)")
-    command.add_argument("--csv", default="grades.csv", help="where to write the table (default grades.csv)")
-    command.add_argument("--jobs", type=int, default=1, help="notebooks run at the same time (default 1)")
-    command.add_argument("--kernel", default="python3", help="kernel to run them with (default python3)")
-    command.add_argument(
-        "--source",
-        default=None,
-        metavar="FOLDER",
-        help="the course's source notebooks NN_topic.ipynb (default: solutions/)",
-    )
+    add_arguments(command)
     command.set_defaults(run=cmd_grade)
 
 
@@ -185,7 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m amp_lessons", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", metavar="command")
     doctor = commands.add_parser("doctor", help="check this machine is ready for the course")
+    doctor.add_argument(
+        "--instructor", action="store_true", help="check nbgrader, the exchange and the course's assignments"
+    )
     doctor.set_defaults(run=cmd_doctor)
+    from amp_lessons.tools import learner_config  # standard library only: the doctor still starts anywhere
+
+    learner = commands.add_parser("learner-config", help="write a learner's nbgrader settings")
+    learner_config.add_arguments(learner)
+    learner.set_defaults(run=learner_config.run)
     build = commands.add_parser("build-exercises", help="generate exercises/ from solutions/")
     build.add_argument("--check", action="store_true", help="only report whether exercises/ is stale")
     build.set_defaults(run=cmd_build_exercises)
@@ -205,10 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
     progress.set_defaults(run=cmd_progress)
     gpu = commands.add_parser("gpu-report", help="on a CUDA GPU: run the course and keep its GPU figures")
     gpu.set_defaults(run=cmd_gpu_report)
+    _validate_parser(commands)
     return parser
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # lesson 12 parses its own arguments (and --help); nothing of it loads for the other commands
+    if argv[:1] == ["validate"]:
+        return cmd_validate(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

@@ -7,18 +7,19 @@ learners' ``exercises/NN_*.ipynb`` (one folder per learner, or any layout) and r
 - **check cells come from the course's source** (``solutions/``), never from the learner's copy: each
   notebook's lesson is told by its metadata or its file name, and every graded check cell is restored from
   that lesson's source notebook (deleted ones are put back), see ``course.restore_check_cells``;
-- **results come from the checks that ran**, through a file only the grader names, never from printed text
-  or the progress record; labels the course does not know are ignored (``grade_worker``);
+- **verdicts are reached outside the learner's kernel**: the learner's cells run in a sandboxed kernel
+  (bubblewrap where installed), and a judge process runs the course's checkers itself, calling the learner's
+  functions in the kernel and reading back only plain data (``judge``, ``codec``); labels the course does not
+  know are ignored (``worker``);
 - each notebook runs in a **fresh kernel**, in a worker process of its own with a **minimal environment**, a
-  time limit (``--timeout``, default 120 s) and its own process group; everything it started is killed when
-  it ends (``sandbox``); the learner's file is read, never written, and runs in a scratch folder;
+  time limit (``--timeout``, default 120 s); everything it started is killed when it ends (``sandbox``); the
+  learner's file is read, never written, symbolic links and other non-regular files are refused;
 - **rows are written as each notebook finishes** and the CSV is replaced atomically: the file starts with
   a ``not graded`` row per notebook, each replaced by its real rows when it is done, so a crash, a kill or
   Ctrl-C leaves every finished row and says which notebooks were not graded; an output path that cannot be
   written is refused before grading starts; cells are escaped for terminals and spreadsheets (``table``).
 
-Learner code still runs as the grading user: see ``sandbox`` for what that allows and the one-line way to
-grade as another user or in a container.
+What this stops and what it cannot: docs/grading.md.
 
 One row per (learner file, exercise): ``status`` is one of ``passed``, ``failed``, ``not done`` (the check
 ran on the untouched stub), ``not attempted`` (the check cell ran but its check did not, e.g. the learner's
@@ -43,7 +44,6 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from amp_lessons.core.files import repo_root
-from amp_lessons.core.record import RESULTS_FILE_VARIABLE
 from amp_lessons.tools.exercises import course
 from amp_lessons.tools.grade import sandbox, table
 from amp_lessons.tools.grade.worker import (
@@ -96,7 +96,7 @@ def find_notebooks(paths) -> list[Path]:
     found = []
     for name in paths:
         path = Path(name)
-        if path.is_dir():
+        if path.is_dir() and path.suffix != ".ipynb":  # a folder named x.ipynb is a (refused) submission
             found += sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
         else:
             found.append(path)  # a missing or odd file still gets a row that says what is wrong
@@ -167,13 +167,16 @@ class _Worker:
             "timeout": self.options["timeout"],
             "kernel": self.options["kernel"],
             "scratch": str(self.scratch),
+            "hidden_folders": self.options["hidden"][0],
+            "hidden_files": self.options["hidden"][1],
+            "in_memory": self.options.get("in_memory"),
+            "own_checks": bool(self.options.get("own_checks")),
         }
 
     def _env(self) -> dict:
         extra = {
             sandbox.TOKEN_VARIABLE: self.token,
             "AMP_LESSONS_PROGRESS_FILE": "off",
-            RESULTS_FILE_VARIABLE: str(self.scratch / "results.jsonl"),
             "PYTHONPATH": str(repo_root()),
         }
         inherited = os.environ.get("PYTHONPATH")
@@ -272,6 +275,7 @@ def grade(
     on_notebook=None,
     csv_path: Path | None = None,
     sources: Path | None = None,
+    roots=None,
 ) -> list[dict]:
     """Grade every notebook under ``paths``, ``jobs`` at a time; one row per (learner file, exercise).
 
@@ -283,6 +287,9 @@ def grade(
         "timeout": float(timeout),
         "kernel": kernel_name,
         "sources": Path(sources) if sources else repo_root() / "solutions",
+        "hidden": sandbox.hidden_paths(
+            [*paths, *notebooks], [p for p in (csv_path, sources) if p is not None]
+        ),
     }
     sandbox.hide_this_process()
     finished: dict[Path, list[dict]] = {}
@@ -291,6 +298,9 @@ def grade(
         if csv_path is not None:
             rows = [r for path in notebooks for r in finished.get(path) or pending_rows([path])]
             table.write_csv(csv_path, rows)
+            table.write_learners(
+                csv_path, rows, WHOLE_NOTEBOOK, [display_name(Path(p)) for p in roots or paths]
+            )
 
     with _scratch_root() as root, ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool:
         workers = [_Worker(path, Path(tempfile.mkdtemp(dir=root)), options) for path in notebooks]

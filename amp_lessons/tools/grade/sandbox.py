@@ -1,23 +1,16 @@
-"""What `grade` does so that a learner's notebook does not reach the grader (and what it cannot do).
+"""Where a learner's notebook runs while it is graded, and ending everything it started.
 
-A notebook under grading is arbitrary code running as the grading user. Grading therefore:
+- :func:`kernel_command`: the learner's kernel in the strongest sandbox the machine has (:func:`kind`):
+  **bubblewrap** (no network, own process namespace, fresh /tmp and homes, the file system read-only, answers,
+  checkers, submissions and outputs hidden), else **unshare** (no network, own process namespace), else a plain
+  **process group**; with :func:`limit_resources` (memory, file size, no core files);
+- :func:`minimal_environment`: a short list of harmless variables, never the instructor's tokens or keys, and a
+  fresh ``HOME`` and ``TMPDIR`` per notebook;
+- :func:`hide_this_process`: the grading processes are non-dumpable on Linux (another process of the same user
+  cannot read their environment, open files or memory through ``/proc``);
+- :func:`end_processes`: kill a process group and every process tagged with the run's token.
 
-- starts each notebook's kernel with a **minimal environment** (:func:`minimal_environment`): a short list of
-  harmless variables, never the instructor's tokens or keys, and a fresh ``HOME`` and ``TMPDIR`` per notebook;
-- makes the grading processes **non-dumpable** on Linux (:func:`hide_this_process`): another process of the
-  same user can then no longer read their environment, open files or working folder through ``/proc`` (their
-  command line stays visible, as for every process);
-- **kills everything the notebook started** when it ends (:func:`end_processes`): the kernel's process group,
-  and on Linux every process that still carries the notebook's run token in its environment, which finds
-  children that left the group with ``setsid``.
-
-What it cannot stop: learner code runs *as the grading user*. It can read and write every file that user can
-(other submissions, the CSV while grading runs, ``~/.ssh``), use the network, and a process that both leaves
-the group and clears its environment survives. Grade as a user that owns nothing else, or in a container::
-
-    sudo -u grader -H .venv/bin/python -m amp_lessons grade submissions/ --csv /tmp/grades.csv
-    docker run --rm --network none -v "$PWD":/course -w /course IMAGE \\
-        .venv/bin/python -m amp_lessons grade submissions/ --csv grades.csv
+What each sandbox still allows, and the attacks tested against them: docs/grading.md.
 """
 
 from __future__ import annotations
@@ -62,6 +55,8 @@ KEPT_VARIABLES = (
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
     "CUBLAS_WORKSPACE_CONFIG",
+    "AMP_LESSONS_SANDBOX",
+    "AMP_LESSONS_GRADE_MEMORY_GB",
 )
 
 
@@ -129,3 +124,164 @@ def end_processes(token: str = "", groups=()) -> int:
         with contextlib.suppress(OSError):
             os.kill(pid, sigkill)
     return len(tagged)
+
+
+# ------------------------------------------------------------------------------------ the kernel's sandbox
+
+BWRAP = "bubblewrap"
+UNSHARE = "unshare"
+PLAIN = "process group"
+SANDBOX_VARIABLE = (
+    "AMP_LESSONS_SANDBOX"  # bubblewrap | unshare | process group: use that one (tests, debugging)
+)
+MEMORY_VARIABLE = "AMP_LESSONS_GRADE_MEMORY_GB"
+DEFAULT_MEMORY_GB = 8.0
+_AVAILABLE: dict = {}
+
+
+def _works(command: list) -> bool:
+    import subprocess
+
+    if command[0] not in _AVAILABLE:
+        try:
+            done = subprocess.run(
+                [*command, "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20, check=False
+            )
+            _AVAILABLE[command[0]] = done.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            _AVAILABLE[command[0]] = False
+    return _AVAILABLE[command[0]]
+
+
+def _unshare_prefix() -> list:
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+
+
+def describe(chosen: str) -> str:
+    return {
+        BWRAP: "bubblewrap: no network, private home and /tmp, the course read-only, answers and checkers hidden",
+        UNSHARE: "unshare: no network, own process namespace; files NOT hidden (install bubblewrap)",
+        PLAIN: "a process group only: network and files NOT hidden (install bubblewrap)",
+    }.get(chosen, chosen)
+
+
+def kind() -> str:
+    """Which sandbox this machine gives a grading kernel: bubblewrap, else unshare, else a process group."""
+    import shutil
+
+    wanted = os.environ.get(SANDBOX_VARIABLE, "")
+    if not sys.platform.startswith("linux") or wanted == PLAIN:
+        return PLAIN
+    if wanted in ("", BWRAP) and shutil.which("bwrap"):
+        if _works(
+            ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--"]
+        ):
+            return BWRAP
+    if wanted in ("", BWRAP, UNSHARE) and shutil.which("unshare") and _works(_unshare_prefix()):
+        return UNSHARE
+    return PLAIN
+
+
+def hidden_paths(graded=(), extra=()) -> tuple[list, list]:
+    """(folders, files) the kernel must not see: the course's answers and checkers, the submissions, the
+    nbgrader course, the instructor's home and every output."""
+    from amp_lessons.checks import registry
+    from amp_lessons.core.files import repo_root
+
+    root = repo_root()
+    needed = [
+        root,
+        Path(sys.prefix).resolve(),
+        Path(sys.base_prefix).resolve(),
+        Path(sys.executable).resolve(),
+    ]
+    folders = [root / name for name in ("solutions", ".git", "course", "tests", "shared")]
+    from amp_lessons.tools.grade.judge import IN_KERNEL
+
+    in_kernel = {f"amp_lessons/{module.split('.')[1]}/check.py" for module in IN_KERNEL.values()}
+    files = [p for p in registry.check_files() if not any(str(p).endswith(name) for name in in_kernel)]
+    files += [Path(p) for p in extra]
+    for path in map(lambda p: Path(p).absolute(), graded):
+        folder = path if path.is_dir() else path.parent
+        files += [] if path.is_dir() else [path]
+        if not any(folder == n or folder in n.parents for n in needed):  # never hide the course itself
+            folders.append(folder)
+    folders = sorted({p for p in folders if p.is_dir() and not p.is_symlink()})
+    inside = [
+        f for f in files if f.is_file() and not any(folder in f.absolute().parents for folder in folders)
+    ]
+    return [str(p) for p in folders], sorted({str(p.absolute()) for p in inside})
+
+
+def _homes() -> list:
+    import pwd
+
+    found = {Path(os.path.expanduser("~")), Path("/root"), Path("/home")}
+    with contextlib.suppress(KeyError, OSError):
+        found.add(Path(pwd.getpwuid(os.getuid()).pw_dir))
+    found = {p.resolve() for p in found if str(p) not in ("/", "") and p.is_dir()}
+    return sorted(p for p in found if not any(other in p.parents for other in found))
+
+
+def _bwrap(scratch: Path, writable: list, hidden: tuple) -> list:
+    from amp_lessons.core.files import repo_root
+
+    folders, files = hidden
+    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
+    command += [
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/var/tmp",
+        "--tmpfs",
+        "/run",
+    ]
+    for home in _homes():  # the instructor's (and every) home: keys, tokens, history
+        command += ["--tmpfs", str(home)]
+        for needed in {repo_root(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}:
+            if home in needed.parents:
+                command += ["--ro-bind", str(needed), str(needed)]
+    for folder in folders:
+        command += ["--tmpfs", folder]
+    for file in files:
+        command += ["--ro-bind", "/dev/null", file]
+    for folder in writable:
+        command += ["--bind", str(folder), str(folder)]
+    return [*command, "--chdir", str(scratch), "--"]
+
+
+def kernel_command(
+    scratch: Path, writable: list, hidden: tuple, chosen: str | None = None
+) -> tuple[list, str]:
+    """The command that starts a learner's kernel, and the sandbox it runs in (see :func:`kind`)."""
+    chosen = chosen or kind()
+    python = [sys.executable, "-m", "amp_lessons.tools.grade.kernel"]
+    if chosen == BWRAP:
+        return [*_bwrap(scratch, writable, hidden), *python], BWRAP
+    if chosen == UNSHARE:
+        return [*_unshare_prefix(), *python], UNSHARE
+    return python, PLAIN
+
+
+def limit_resources() -> None:
+    """In the kernel's process before it starts: no core files, a cap on memory (not with a GPU: CUDA maps
+    far more address space than it uses) and on the size of a file it writes."""
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 30, 2 << 30))
+    try:
+        gigabytes = float(os.environ.get(MEMORY_VARIABLE, DEFAULT_MEMORY_GB))
+    except ValueError:
+        gigabytes = DEFAULT_MEMORY_GB
+    if gigabytes > 0 and not Path("/dev/nvidia0").exists():
+        with contextlib.suppress(ValueError, OSError):
+            size = int(gigabytes * (1 << 30))
+            resource.setrlimit(resource.RLIMIT_AS, (size, size))

@@ -1,23 +1,22 @@
-"""One notebook, graded in a process of its own: ``python -m amp_lessons.tools.grade.worker``.
+"""One notebook, graded in a process of its own: ``python -m amp_lessons.tools.grade.worker`` (the judge's side).
 
-`grade` starts one worker per notebook, in its own session, with a minimal environment (see ``sandbox``). The
-worker reads the job as JSON on stdin and writes the rows as JSON on stdout; the kernel it starts gets neither
-(its stdin, stdout and stderr are not the worker's), so a notebook cannot write rows. A notebook that kills
-its kernel's parent kills only this worker: `grade` notices, says so in that notebook's rows and goes on.
-
-What is run is the learner's notebook with every graded check cell taken from the course's source notebook
-(``course.restore_check_cells``). Each check reports its verdict through ``$AMP_LESSONS_RESULTS_FILE`` (see
-``checks.harness``); the worker reads that file after each restored check cell and keeps, for that cell, only
-the verdicts of the checks the *source* cell calls. Printed text, the progress record and verdicts written at
-any other moment count for nothing, and labels the course does not know never become rows.
+`grade` (and, under nbgrader, ``nbgrader_judge.JudgedExecute``) starts one worker per notebook, in its own
+session, with a minimal environment (see ``sandbox``). The worker reads the job as JSON on stdin and writes the
+rows as JSON on stdout. It starts the learner's kernel in a sandbox (``sandbox.kernel_command``; the kernel's
+stdin/stdout are a channel only the worker reads, its stderr goes nowhere), sends it the learner's cells one by
+one and judges every graded check cell itself (``judge``): the check cells are the course's
+(``course.restore_check_cells``), and a verdict is a ``CheckResult`` the course's checker returned in this
+process. Nothing the kernel prints, records or writes becomes a verdict; labels the course does not know never
+become rows. See docs/grading.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
-import subprocess
+import stat
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 from amp_lessons.checks import registry
 from amp_lessons.core.record import RESULTS_FILE_VARIABLE
 from amp_lessons.tools.exercises import course
-from amp_lessons.tools.grade import sandbox
+from amp_lessons.tools.grade import judge, sandbox
 
 # The harness's statuses (amp_lessons.checks.harness), repeated so that grading never imports torch or a
 # checker; tests/tools/test_grade.py keeps them equal.
@@ -55,7 +54,7 @@ def row(learner_file: str, exercise: str, status: str, message: str, seconds: fl
         "exercise": exercise,
         "status": status,
         "passed": status == PASSED,
-        "message": message,
+        "message": capped(message),
         "seconds": round(seconds, 1),
     }
 
@@ -89,138 +88,149 @@ def expected_labels(source: dict, known: dict) -> dict[str, list[str]]:
     return labels
 
 
-class Verdicts:
-    """Reads the results file line by line; keeps what a restored check cell reported for its own labels."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset, self.found = path, 0, {}
-
-    def take(self, labels=()) -> None:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
-        except OSError:
-            return
-        complete = data[: data.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        for line in complete.splitlines():
-            try:
-                result = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(result, dict) and result.get("exercise") in labels:
-                self.found[result["exercise"]] = result
+MESSAGE_LIMIT = 2000  # characters of a message in the table (a spreadsheet cell holds 32,767)
 
 
-class Stopped(Exception):
-    """The notebook run ended early: ``status`` is TIMED_OUT or KERNEL_DIED."""
-
-    def __init__(self, status: str):
-        super().__init__(status)
-        self.status = status
-
-
-def run_cell(manager, client, code: str, deadline: float) -> str:
-    """Execute one cell; return its error as "Name: value" ("" when it ran cleanly).
-
-    A loop over the kernel's messages, as nbclient does it, but without nbclient: grading needs only each
-    cell's error, and nbformat's validators cost seconds to import in every worker. The kernel is asked
-    whether it is still alive twice a second, so a kernel that dies is noticed at once, not when the time
-    limit runs out.
-    """
-    import queue
-
-    msg_id = client.execute(code, store_history=False, allow_stdin=False, stop_on_error=False)
-    error = ""
-    while True:
-        if time.monotonic() > deadline:
-            raise Stopped(TIMED_OUT)
-        try:
-            message = client.get_iopub_msg(timeout=0.5)
-        except queue.Empty:
-            if not manager.is_alive():
-                raise Stopped(KERNEL_DIED) from None
-            continue
-        if message.get("parent_header", {}).get("msg_id") != msg_id:
-            continue
-        kind, content = message.get("msg_type"), message.get("content", {})
-        if kind == "error" and not error:
-            value = " ".join(str(content.get("evalue", "")).split())[:200]
-            error = f"{content.get('ename')}: {value}"
-        elif kind == "status" and content.get("execution_state") == "idle":
-            break
-    return error
+def capped(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    message = str(message)
+    if len(message) <= limit:
+        return message
+    note = f" ... [{len(message) - limit + 60} more characters cut by the grader]"
+    return message[: limit - len(note)] + note
 
 
-def _start_kernel(job: dict):
-    from jupyter_client.manager import KernelManager
-
-    scratch = Path(job["scratch"])
-    workdir = scratch / "work"
-    workdir.mkdir(exist_ok=True)
-    manager = KernelManager(kernel_name=job["kernel"])
-    manager.start_kernel(
-        env=dict(os.environ),
-        cwd=str(workdir),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        extra_arguments=["--HistoryManager.hist_file=:memory:"],
-    )
-    provisioner = getattr(manager, "provisioner", None)
-    pgid = getattr(provisioner, "pgid", None) or getattr(getattr(provisioner, "process", None), "pid", 0)
-    (scratch / "kernel.pgid").write_text(str(pgid or 0))
-    client = manager.client()
-    client.start_channels()
-    client.wait_for_ready(timeout=120)
-    return manager, client
-
-
-def execute(notebook: dict, job: dict, restored: dict, labels: dict, verdicts: Verdicts) -> tuple:
-    """Run the notebook cell by cell; return (stop status or None, why it stopped, first error, errors)."""
-    timeout, scratch = float(job["timeout"]), Path(job["scratch"])
-    first_error, errors, current, manager = "", {}, None, None
+def refuse_odd_file(path: Path) -> str:
+    """Why a learner's file is not graded ('' when it is a regular file): links and devices are refused."""
     try:
-        manager, client = _start_kernel(job)
-        deadline = time.monotonic() + timeout
-        for index, cell in enumerate(notebook["cells"]):
-            if cell.get("cell_type") != "code":
+        info = os.lstat(path)
+    except OSError as exc:
+        return " ".join(str(exc).split())[:200]
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a symbolic link; hand in the notebook file itself"
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file"
+    return ""
+
+
+class Run:
+    """One notebook's run: the kernel in its sandbox, the verdicts the judge reached, each cell's error."""
+
+    def __init__(self, job: dict):
+        self.job, self.scratch = job, Path(job["scratch"])
+        self.verdicts: dict = {}
+        self.errors: dict = {}
+        self.first_error = ""
+        self.sandbox = ""
+
+    def start(self):
+        folders = [self.scratch / name for name in ("home", "tmp", "work")]
+        for folder in folders:
+            folder.mkdir(exist_ok=True)
+        hidden = (list(self.job.get("hidden_folders", [])), list(self.job.get("hidden_files", [])))
+        command, self.sandbox = sandbox.kernel_command(self.scratch / "work", folders, hidden)
+        env = {key: value for key, value in os.environ.items() if key != RESULTS_FILE_VARIABLE}
+        env.update(HOME=str(folders[0]), TMPDIR=str(folders[1]), TMP=str(folders[1]), TEMP=str(folders[1]))
+        (self.scratch / "sandbox").write_text(self.sandbox)
+
+        def started(pid: int) -> None:
+            (self.scratch / "kernel.pgid").write_text(str(pid))
+
+        return judge.Kernel(command, env, str(folders[2]), on_start=started, preexec=sandbox.limit_resources)
+
+    def execute(self, notebook: dict, restored: dict, labels: dict, known: dict) -> tuple:
+        """Run the notebook cell by cell; return (stop status or None, why it stopped)."""
+        timeout = float(self.job["timeout"])
+        current, kernel = None, None
+        deadline = time.monotonic() + timeout  # from the start: a slow start counts too
+        try:
+            kernel = self.start()
+            for module in {registry_module(known, name) for name in _called(restored, notebook, known)}:
+                importlib.import_module(module)  # the judge loads its checkers while the kernel starts
+            kernel.wait_ready(max(1.0, deadline - time.monotonic()))
+            for index, cell in enumerate(notebook["cells"]):
+                if cell.get("cell_type") != "code":
+                    continue
+                current = (index, cell)
+                (self.scratch / "cell").write_text(f"{index + 1}\t{first_line(cell)}")
+                if index in restored:
+                    error = self.judge_cell(
+                        kernel, course.cell_source(cell), labels.get(restored[index], []), known
+                    )
+                else:
+                    error = kernel.run_cell(course.cell_source(cell), deadline)
+                self.errors[index] = (
+                    f"cell {index + 1} (`{first_line(cell)}`) raised {error}" if error else ""
+                )
+                self.first_error = self.first_error or self.errors[index]
+                if time.monotonic() > deadline:
+                    raise judge.KernelGone("timed out", TIMED_OUT)
+        except judge.KernelGone as gone:
+            where = f" in cell {current[0] + 1} (`{first_line(current[1])}`)" if current else ""
+            if gone.status == TIMED_OUT:
+                return TIMED_OUT, f"stopped after {timeout:g} s{where}"
+            return KERNEL_DIED, f"the kernel died{where}"
+        except Exception as exc:  # the kernel would not start, ...
+            text = str(exc).strip().splitlines()
+            return ERROR, f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+        finally:
+            if kernel is not None:
+                kernel.stop()
+            sandbox.end_processes(os.environ.get(sandbox.TOKEN_VARIABLE, ""), [])
+        return None, ""
+
+    def judge_cell(self, kernel, source: str, labels: list, known: dict) -> str:
+        """The course's check cell, judged here; returns the error the cell would have raised ('' if none)."""
+        try:
+            results = judge.judge_check_cell(kernel, source, known)
+        except judge.NotAttempted as why:
+            return str(why)
+        except ValueError as exc:
+            for label in labels:
+                self.verdicts[label] = {
+                    "status": CHECKER_BUG,
+                    "passed": False,
+                    "message": f"course bug: {exc}",
+                }
+            return ""
+        for result in results:
+            if "KernelGone" in result.message:  # the kernel died during the call: said as such below
                 continue
-            current = (index, cell)
-            (scratch / "cell").write_text(f"{index + 1}\t{first_line(cell)}")
-            error = run_cell(manager, client, course.cell_source(cell), deadline)
-            verdicts.take(labels.get(restored.get(index), ()))
-            errors[index] = f"cell {index + 1} (`{first_line(cell)}`) raised {error}" if error else ""
-            first_error = first_error or errors[index]
-    except Stopped as stop:
-        where = f" in cell {current[0] + 1} (`{first_line(current[1])}`)" if current else ""
-        why = f"stopped after {timeout:g} s{where}" if stop.status == TIMED_OUT else f"the kernel died{where}"
-        return stop.status, why, first_error, errors
-    except Exception as exc:  # the kernel would not start, ...
-        text = str(exc).strip().splitlines()
-        return ERROR, f"{type(exc).__name__}: {text[0][:200] if text else ''}", first_error, errors
-    finally:
-        if manager is not None:
-            with contextlib.suppress(Exception):
-                manager.shutdown_kernel(now=True)
-        kernel_group = scratch / "kernel.pgid"
-        groups = [int(kernel_group.read_text() or 0)] if kernel_group.exists() else []
-        sandbox.end_processes(os.environ.get(sandbox.TOKEN_VARIABLE, ""), groups)
-    return None, "", first_error, errors
+            if result.exercise in labels:
+                self.verdicts[result.exercise] = {
+                    "status": result.status,
+                    "passed": result.passed is True and result.status == PASSED,
+                    "message": result.message,
+                }
+        if kernel.broken:  # e.g. stopped at the check's time budget: the check said so; nothing more runs
+            raise judge.KernelGone(kernel.broken)
+        return ""
 
 
-def _rows_for(name, order, labels, restored, outcome, verdicts, seconds) -> list[dict]:
-    stopped, why, first_error, errors = outcome
+def _called(restored: dict, notebook: dict, known: dict) -> list:
+    cells = notebook["cells"]
+    return [
+        name for index in restored for name in course.called_checks(course.cell_source(cells[index]), known)
+    ]
+
+
+def registry_module(known: dict, name: str) -> str:
+    from amp_lessons.checks import CHECKS
+
+    return CHECKS.get(name, "amp_lessons.checks")
+
+
+def _rows_for(name, order, labels, restored, outcome, run, seconds) -> list[dict]:
+    stopped, why = outcome
+    first_error, errors = run.first_error, run.errors
     cell_of = {identifier: index for index, identifier in restored.items()}
     rows = []
     for identifier in order:
         for label in labels[identifier]:
-            result = verdicts.found.get(label)
+            result = run.verdicts.get(label)
             index = cell_of.get(identifier)
             if result:
-                status = str(result.get("status") or FAILED)
-                status = PASSED if result.get("passed") is True else (FAILED if status == PASSED else status)
+                status = PASSED if result["passed"] else str(result["status"] or FAILED)
+                status = FAILED if status == PASSED and not result["passed"] else status
                 rows.append(row(name, label, status, str(result.get("message", "")), seconds))
             elif index is not None and errors.get(index):
                 earlier = f"; first error: {first_error}" if first_error != errors[index] else ""
@@ -241,7 +251,10 @@ def grade_one(job: dict) -> list[dict]:
     known = registry.declared_checks()
     sources = course.source_notebooks(Path(job["sources"]))
     try:
-        notebook = read_learner_notebook(path)
+        odd = refuse_odd_file(path) if not job.get("in_memory") else ""
+        if odd:
+            raise ValueError(odd)
+        notebook = job["in_memory"] if job.get("in_memory") else read_learner_notebook(path)
     except ValueError as exc:
         source_path = course.lesson_source(path, None, sources)
         message = f"not a readable notebook ({exc}); ask the learner to save it again from JupyterLab"
@@ -249,21 +262,28 @@ def grade_one(job: dict) -> list[dict]:
         labels = expected_labels(source, known)
         flat = [label for found in labels.values() for label in found] or [WHOLE_NOTEBOOK]
         return [row(name, label, UNREADABLE, message, time.monotonic() - started) for label in flat]
+    if job.get("own_checks"):  # nbgrader restored the check cells from its own copy of the source already
+        return _graded(name, notebook, notebook, job, known, started)
     source_path = course.lesson_source(path, notebook, sources)
     if source_path is None:
         lessons = ", ".join(f"{stem}.ipynb" for stem in sources) or "none found"
         message = f"cannot tell which lesson this notebook belongs to: name it after its exercise ({lessons})"
         return [row(name, WHOLE_NOTEBOOK, UNKNOWN_LESSON, message, time.monotonic() - started)]
-    source = json.loads(source_path.read_text(encoding="utf-8"))
+    return _graded(name, notebook, json.loads(source_path.read_text(encoding="utf-8")), job, known, started)
+
+
+def _graded(name: str, notebook: dict, source: dict, job: dict, known: dict, started: float) -> list[dict]:
     runnable, restored = course.restore_check_cells(notebook, source)
     labels = expected_labels(source, known)
-    verdicts = Verdicts(Path(os.environ[RESULTS_FILE_VARIABLE]))
-    outcome = execute(runnable, job, restored, labels, verdicts)
+    run = Run(job)
+    outcome = run.execute(runnable, restored, labels, known)
     order = [identifier for _, identifier in course.graded_cells(source)]
-    rows = _rows_for(name, order, labels, restored, outcome, verdicts, time.monotonic() - started)
+    rows = _rows_for(name, order, labels, restored, outcome, run, time.monotonic() - started)
+    for found in rows:
+        found["sandbox"] = run.sandbox
     if not rows:
-        stopped, why = outcome[:2]
-        missing = f"{source_path.name} has no graded check cells (`python -m amp_lessons mark-solutions`)"
+        stopped, why = outcome
+        missing = "the source notebook has no graded check cells (`python -m amp_lessons mark-solutions`)"
         status, message = (stopped, why) if stopped else (NO_CHECKS, missing)
         rows.append(row(name, WHOLE_NOTEBOOK, status, message, time.monotonic() - started))
     return rows
@@ -289,7 +309,11 @@ def main() -> int:
     sandbox.hide_this_process()
     job = json.loads(sys.stdin.read())
     _end_with_parent(Path(job["scratch"]))
-    Path(os.environ[RESULTS_FILE_VARIABLE]).touch()
+    import tempfile
+
+    temporary = Path(job["scratch"]) / "tmp"  # the checkers' temporary files: where the kernel can write
+    temporary.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(temporary)
     rows = grade_one(job)
     sys.stdout.write(json.dumps(rows))
     sys.stdout.flush()

@@ -1,0 +1,186 @@
+"""nbgrader's autograde, with the course's ``nbgrader_config.py``, against every attack class of issue 21.
+
+One course, one assignment (lesson 00's warm-up, from the grading fixtures), one ``nbgrader autograde`` run
+over every attack of ``tests/fixtures/grade_submissions/attacks.py`` plus an honest learner, a classmate,
+a symlinked and a broken submission. The instructor's environment and home hold a secret. Afterwards:
+every attack scores 0 in the gradebook, the honest learners full marks; no autograded notebook and no
+released feedback holds the secret; a pass is written as text and logged as nothing, a failure as an error
+that shows the learner's message and no traceback into the course's harness; a detached process changed
+neither the gradebook nor a classmate's submission.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from amp_lessons.tools.grade import sandbox
+
+nbgrader_api = pytest.importorskip(
+    "nbgrader.api", reason="nbgrader is for instructors: pip install -r requirements-dev.txt"
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "grade_submissions"
+spec = importlib.util.spec_from_file_location("grade_attacks", FIXTURES / "attacks.py")
+attacks = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(attacks)
+ASSIGNMENT = "warmup"
+LESSON = "00_warm_up"
+CELL = "check_autocast_matmul"
+SANDBOXED = sandbox.kind() == sandbox.BWRAP
+
+
+def nbgrader(*args, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def autograded(tmp_path_factory):
+    found = attacks.shared_run(tmp_path_factory, "nbgrader_attacks", _autograde_all)
+    found["course"] = Path(found["course"])
+    found["classmate"] = (Path(found["classmate"][0]), bytes.fromhex(found["classmate"][1]))
+    return found
+
+
+def _autograde_all(base: Path) -> dict:
+    base.mkdir()
+    instructor, home = base / "instructor", base / "instructor_home"
+    course = instructor / "course"
+    (course / "source" / ASSIGNMENT).mkdir(parents=True)
+    home.mkdir()
+    (home / ".secret_token").write_text(attacks.SECRET)
+    (course / "source" / ASSIGNMENT / f"{LESSON}.ipynb").write_bytes(
+        (FIXTURES / "source" / f"{LESSON}.ipynb").read_bytes()
+    )
+    (instructor / "nbgrader_config.py").write_text(
+        "c = get_config()  # noqa: F821\n"
+        f"load_subconfig({str(ROOT / 'nbgrader_config.py')!r})  # noqa: F821\n"
+        f"c.CourseDirectory.root = {str(course)!r}\n"
+        "c.CourseDirectory.course_id = 'attacks'\n"
+        f"c.Exchange.root = {str(base / 'exchange')!r}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "AMP_LESSONS"))}
+    env.update(HOME=str(home), INSTRUCTOR_TOKEN=attacks.SECRET, AMP_LESSONS_PROGRESS_FILE="off")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    generated = nbgrader("generate_assignment", ASSIGNMENT, "--force", cwd=instructor, env=env)
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+
+    submitted = course / "submitted"
+    classmate = submitted / "classmate" / ASSIGNMENT / f"{LESSON}.ipynb"
+    values = {
+        "CLASSMATE": classmate,
+        "CLASSMATE_GLOB": f"{submitted}/*/*/*.ipynb",
+        "GRADES": course / "gradebook.db",
+        "SECRET_REVERSED": attacks.SECRET[::-1],
+        "INSTRUCTOR_HOME": home,
+    }
+    for kind in ["honest", *attacks.ATTACKS]:
+        path = attacks.write(base / "work", kind, **values)
+        target = submitted / kind / ASSIGNMENT / f"{LESSON}.ipynb"
+        target.parent.mkdir(parents=True)
+        target.write_bytes(path.read_bytes())
+    classmate.parent.mkdir(parents=True)
+    classmate.write_bytes((submitted / "honest" / ASSIGNMENT / f"{LESSON}.ipynb").read_bytes())
+    (submitted / "symlink" / ASSIGNMENT).mkdir(parents=True)
+    (submitted / "symlink" / ASSIGNMENT / f"{LESSON}.ipynb").symlink_to(classmate)
+    (submitted / "broken" / ASSIGNMENT).mkdir(parents=True)
+    (submitted / "broken" / ASSIGNMENT / f"{LESSON}.ipynb").write_text("{ not json")
+    before = classmate.read_bytes()
+
+    started = time.monotonic()
+    run = nbgrader("autograde", ASSIGNMENT, "--create", cwd=instructor, env=env)
+    seconds = time.monotonic() - started
+    log = run.stdout + run.stderr
+    feedback = nbgrader("generate_feedback", ASSIGNMENT, cwd=instructor, env=env)
+    time.sleep(2.0)  # a detached process would rewrite the gradebook or a classmate's file now
+    students = ["honest", "classmate", "symlink", "broken", *attacks.ATTACKS]
+    scores = {}
+    with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book:
+        for student in students:
+            try:
+                scores[student] = book.find_grade(CELL, LESSON, ASSIGNMENT, student).score
+            except nbgrader_api.MissingEntry:
+                scores[student] = None  # nbgrader could not grade it at all
+    return {
+        "scores": scores,
+        "log": log,
+        "feedback": feedback.stdout + feedback.stderr,
+        "course": str(course),
+        "classmate": [str(classmate), before.hex()],
+        "seconds": seconds,
+        "count": len(students),
+    }
+
+
+def _autograded(course: Path, student: str) -> dict:
+    return json.loads((course / "autograded" / student / ASSIGNMENT / f"{LESSON}.ipynb").read_text())
+
+
+def _check_outputs(course: Path, student: str) -> list:
+    cells = _autograded(course, student)["cells"]
+    return [c["outputs"] for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == CELL][
+        0
+    ]
+
+
+def test_honest_learners_get_full_marks(autograded):
+    assert autograded["scores"]["honest"] == 1.0 and autograded["scores"]["classmate"] == 1.0, autograded[
+        "log"
+    ]
+
+
+@pytest.mark.parametrize("kind", list(attacks.ATTACKS))
+def test_every_attack_scores_nothing_in_the_gradebook(autograded, kind):
+    assert not autograded["scores"][kind], (kind, autograded["scores"][kind])
+
+
+def test_links_and_broken_files_score_nothing(autograded):
+    assert not autograded["scores"]["symlink"]
+    assert not autograded["scores"]["broken"]
+
+
+def test_a_pass_is_text_and_a_failure_shows_the_learners_message(autograded):
+    course = autograded["course"]
+    [passed] = _check_outputs(course, "honest")
+    assert passed["output_type"] == "stream" and "[PASS]" in "".join(passed["text"])
+    [failed] = _check_outputs(course, "patch_harness")
+    assert failed["output_type"] == "error" and "Not done yet" in failed["evalue"]
+    assert not any("harness.py" in line or "Traceback" in line for line in failed["traceback"])
+    warnings = [line for line in autograded["log"].splitlines() if "WARNING" in line]
+    assert not [line for line in warnings if "partial" in line.lower() or "could not" in line.lower()], (
+        warnings
+    )
+
+
+def test_no_secret_reaches_autograded_notebooks_or_feedback(autograded):
+    course = autograded["course"]
+    for path in [*(course / "autograded").rglob("*.ipynb"), *(course / "feedback").rglob("*.html")]:
+        assert attacks.SECRET not in path.read_text(errors="replace"), path
+    assert list((course / "feedback").rglob("*.html")), autograded["feedback"]
+
+
+@pytest.mark.skipif(not SANDBOXED, reason="ending detached processes for sure needs bubblewrap")
+def test_nothing_outlives_autograde(autograded):
+    classmate, before = autograded["classmate"]
+    assert classmate.read_bytes() == before
+    assert autograded["scores"]["honest"] == 1.0
+
+
+def test_autograde_time(autograded, capsys):
+    with capsys.disabled():
+        print(f"\nnbgrader autograde: {autograded['count']} notebooks in {autograded['seconds']:.0f} s")
