@@ -64,8 +64,11 @@ $(LAB_STAMP): requirements.txt pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
+# pip's own progress (no --quiet): nbgrader and its dependencies take a minute or two.
 $(INSTRUCTOR_STAMP): requirements-instructor.txt $(LAB_STAMP)
-	$(PY) -m pip install --quiet -r requirements-instructor.txt
+	@echo "[make instructor] 2/3 nbgrader (requirements-instructor.txt) into $(VENV); pip lists each package"
+	$(PY) -m pip install --progress-bar on -r requirements-instructor.txt
+	@echo "[make instructor] nbgrader $$($(PY) -c 'from importlib.metadata import version; print(version("nbgrader"))') is installed"
 	touch $@
 
 # The test suite includes a whole nbgrader workshop (tests/tools/test_workshop.py), so it needs nbgrader too.
@@ -91,8 +94,18 @@ LAB_COMMAND = $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir='
 lab: $(LAB_STAMP)
 	$(LAB_COMMAND)
 
-# nbgrader starts helper programs (alembic) by name, so the venv's bin/ goes first on PATH.
-instructor: $(INSTRUCTOR_STAMP)
+# nbgrader starts helper programs (alembic) by name, so the venv's bin/ goes first on PATH. Each step says what it
+# does (PIP_VERBOSE=1 cancels the lab set-up's --quiet, so pip shows its downloads), and JupyterLab then stays
+# open in this terminal until Ctrl-C: nbgrader's commands go in a second terminal (docs/instructor_guide.md).
+instructor:
+	@$(MAKE) --no-print-directory -q $(LAB_STAMP) && echo "[make instructor] 1/3 the course's $(VENV): already set up" || { \
+	  echo "[make instructor] 1/3 the course's $(VENV): torch and the lessons' packages (several minutes on a fresh machine)"; \
+	  PIP_VERBOSE=1 $(MAKE) --no-print-directory $(LAB_STAMP); }
+	@$(MAKE) --no-print-directory -q $(INSTRUCTOR_STAMP) && echo "[make instructor] 2/3 nbgrader: already installed" || \
+	  $(MAKE) --no-print-directory $(INSTRUCTOR_STAMP)
+	@echo "[make instructor] 3/3 JupyterLab with nbgrader's formgrader (menu Nbgrader > Formgrader), serving $(CURDIR)."
+	@echo "[make instructor] It stays open in this terminal; Ctrl-C stops it. In a second terminal: source $(BIN)/activate,"
+	@echo "[make instructor] then python -m amp_lessons doctor --instructor (docs/instructor_guide.md, Set up once)."
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(LAB_COMMAND)
 
 .PHONY: print-lab-command

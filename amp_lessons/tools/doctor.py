@@ -13,7 +13,9 @@ top of this module, so the doctor starts in an empty virtual environment.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
+import os
 import shlex
 import subprocess
 import sys
@@ -81,7 +83,9 @@ def version_tuple(version: str) -> tuple[int, int]:
 
 
 def probe_pip() -> DoctorCheck:
-    found = importlib.util.find_spec("pip") is not None
+    # the path finder itself: asking the import system for "pip" would make setuptools' distutils hack
+    # switch itself off for this process, and nbgrader (doctor --instructor, the tests) could not import then
+    found = importlib.machinery.PathFinder.find_spec("pip") is not None
     return DoctorCheck(
         "pip",
         found,
@@ -286,6 +290,269 @@ def run_doctor(out=print) -> int:
         out(
             f"Or all at once, from the course folder ({REPO}): {pip_install('-r', 'requirements.txt')} "
             f"&& {PYTHON} -m pip install -e ."
+        )
+    out(
+        "READY" if not failures else f"NOT READY: {len(failures)} check(s) failed; take the next steps above."
+    )
+    return 0 if not failures else 1
+
+
+# ----------------------------------------------------------------------------- doctor --instructor
+
+NBGRADER_RANGE = ((0, 9, 6), (0, 10))  # requirements-instructor.txt: nbgrader>=0.9.6,<0.10
+INSTALL_NBGRADER = (
+    "make instructor  (or, from the course folder: {python} -m pip install -r requirements-instructor.txt)"
+)
+
+
+def release_tuple(version: str) -> tuple[int, ...]:
+    return tuple(
+        int("".join(ch for ch in part if ch.isdigit()) or 0) for part in version.split("+")[0].split(".")[:3]
+    )
+
+
+def probe_nbgrader() -> DoctorCheck:
+    """Installed, in the range the course is tested with, and importable."""
+    version = installed_version("nbgrader")
+    fix = INSTALL_NBGRADER.format(python=PYTHON)
+    if version is None:
+        return DoctorCheck("nbgrader", False, f"not installed for {sys.executable}", fix)
+    low, high = NBGRADER_RANGE
+    if not low <= release_tuple(version) < high:
+        return DoctorCheck("nbgrader", False, f"{version} (the course is tested with >=0.9.6,<0.10)", fix)
+    try:
+        __import__("nbgrader.apps")
+    except Exception as exc:  # a broken install: one line, no traceback
+        return DoctorCheck("nbgrader", False, f"{version} does not import ({type(exc).__name__}: {exc})", fix)
+    return DoctorCheck("nbgrader", True, f"{version}, imports")
+
+
+def probe_nbgrader_programs() -> DoctorCheck:
+    """nbgrader starts alembic by name when it creates the gradebook: it must be on PATH."""
+    import shutil
+
+    found = shutil.which("alembic")
+    return DoctorCheck(
+        "nbgrader's helper programs are on PATH",
+        found is not None,
+        f"alembic is {found}" if found else "alembic is not on PATH (the first autograde would fail)",
+        f"source {shlex.quote(str(Path(sys.executable).parent / 'activate'))}  (nbgrader's programs come from there)",
+    )
+
+
+def course_folder() -> Path:
+    """Where nbgrader's commands read their config: this folder when it has one, else the course folder."""
+    return Path.cwd() if (Path.cwd() / "nbgrader_config.py").is_file() else REPO
+
+
+def probe_course_config(folder: Path):
+    from amp_lessons.tools import learner_config
+
+    name = "the course's nbgrader settings"
+    try:
+        settings = learner_config.course_settings(folder)
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:200]
+        fix = f"run nbgrader and this doctor from the course folder ({REPO})"
+        return DoctorCheck(name, False, f"cannot read {folder / 'nbgrader_config.py'} ({text})", fix), None
+    found = (
+        f"{settings.config_file}: course id {settings.course_id!r}, course folder {settings.course_root}, "
+        f"exchange {settings.exchange}"
+    )
+    ok = bool(settings.course_id.strip())
+    return DoctorCheck(
+        name, ok, found, "set AMP_LESSONS_COURSE_ID to a course id (letters, digits, -)"
+    ), settings
+
+
+def assignment_points(folder: Path) -> tuple[int, float]:
+    """(notebooks, points of the graded cells) of one assignment's source folder."""
+    import json
+
+    from amp_lessons.tools.exercises import course
+
+    notebooks = sorted(folder.glob("*.ipynb"))
+    points = 0.0
+    for path in notebooks:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+        points += sum(
+            float(course.nbgrader_metadata(c).get("points", 0)) for c in cells if course.is_graded(c)
+        )
+    return len(notebooks), points
+
+
+def probe_assignment(course_root: Path, assignment: str) -> DoctorCheck:
+    """The assignment's source notebooks exist, and nbgrader's release of them is there and not older."""
+    name = f"assignment {assignment}"
+    source, release = course_root / "source" / assignment, course_root / "release" / assignment
+    count, points = assignment_points(source) if source.is_dir() else (0, 0.0)
+    if not count:
+        return DoctorCheck(
+            name, False, f"no source notebooks in {source}", f"{PYTHON} -m amp_lessons build-exercises"
+        )
+    found = (
+        f"{count} notebook{'s' * (count != 1)}, {points:g} point{'s' * (points != 1)} (one per graded check)"
+    )
+    generate = f"nbgrader generate_assignment {assignment} --force  (from the course folder)"
+    released = {p.name: p for p in release.glob("*.ipynb")} if release.is_dir() else {}
+    missing = [p.name for p in sorted(source.glob("*.ipynb")) if p.name not in released]
+    if missing:
+        which = "" if len(missing) == count else f" ({', '.join(missing)})"
+        return DoctorCheck(name, False, f"{found}; not generated yet{which}", generate)
+    stale = [
+        p.name for p in sorted(source.glob("*.ipynb")) if p.stat().st_mtime > released[p.name].stat().st_mtime
+    ]
+    if stale:
+        return DoctorCheck(name, False, f"{found}; the release is older than {', '.join(stale)}", generate)
+    return DoctorCheck(name, True, f"{found}, generated in {release}")
+
+
+def probe_exchange_root(exchange: Path) -> DoctorCheck:
+    """nbgrader needs a world-writable exchange; the sticky bit stops one account deleting another's folder."""
+    import stat
+
+    name = "the exchange folder"
+    create = f"sudo install -d -m 1777 {shlex.quote(str(exchange))}"
+    if not exchange.is_dir():
+        return DoctorCheck(name, False, f"{exchange} does not exist", create)
+    mode = exchange.stat().st_mode
+    shown = f"{exchange} (mode {stat.S_IMODE(mode):04o})"
+    if mode & 0o777 != 0o777:
+        return DoctorCheck(
+            name,
+            False,
+            f"{shown}: learners cannot write to it",
+            f"sudo chmod 1777 {shlex.quote(str(exchange))}",
+        )
+    if not mode & stat.S_ISVTX:
+        return DoctorCheck(
+            name,
+            False,
+            f"{shown}: without the sticky bit any account can delete the course's folder",
+            f"sudo chmod +t {shlex.quote(str(exchange))}",
+        )
+    return DoctorCheck(name, True, f"{shown}: every account can reach it, none can delete another's folder")
+
+
+def _owner(path: Path) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(path.stat().st_uid).pw_name
+    except (ImportError, KeyError):
+        return str(path.stat().st_uid)
+
+
+def probe_exchange_course(exchange: Path, course_id: str, assignments: list[str]) -> DoctorCheck:
+    """The course's folder in the exchange: yours, learners can hand in to inbound but not list it, and the
+    assignments are released to outbound (read-only for learners)."""
+    name = "the course in the exchange"
+    folder = exchange / course_id
+    release = f"nbgrader release_assignment {assignments[0]}  (a 3-hour room: {assignments[1]})"
+    if not folder.is_dir():
+        return DoctorCheck(name, False, f"{folder} does not exist: nothing released yet", release)
+    if hasattr(os, "getuid") and folder.stat().st_uid != os.getuid():
+        return DoctorCheck(
+            name,
+            False,
+            f"{folder} belongs to {_owner(folder)}, not to you",
+            f"check who created it; as root: chown -R {shlex.quote(_owner(Path.home()))} {shlex.quote(str(folder))}",
+        )
+    inbound, outbound = folder / "inbound", folder / "outbound"
+    problems = []
+    if not inbound.is_dir() or inbound.stat().st_mode & 0o777 != 0o733:
+        problems.append(
+            f"inbound should be mode 733 (hand in, not list): chmod 2733 {shlex.quote(str(inbound))}"
+        )
+    if not outbound.is_dir() or outbound.stat().st_mode & 0o022:
+        problems.append(f"outbound should be mode 755 (read only): chmod 755 {shlex.quote(str(outbound))}")
+    if problems:
+        return DoctorCheck(name, False, f"{folder}: permissions are not nbgrader's", "; ".join(problems))
+    released = sorted(p.name for p in outbound.iterdir() if p.is_dir())
+    found = f"{folder}: inbound 733, outbound 755; released: {', '.join(released) or 'nothing yet'}"
+    if not set(assignments) & set(released):
+        return DoctorCheck(name, False, found, release)
+    return DoctorCheck(name, True, found)
+
+
+def learner_command(settings) -> str:
+    """The command learners run: with explicit values where yours are not the course's defaults (a learner's
+    shell does not have your AMP_LESSONS_COURSE_ID or AMP_LESSONS_EXCHANGE)."""
+    from amp_lessons.tools import learner_config
+
+    command = "python -m amp_lessons learner-config"
+    if settings.course_id != learner_config.DEFAULT_COURSE_ID:
+        command += f" --course-id {shlex.quote(settings.course_id)}"
+    if settings.exchange != learner_config.DEFAULT_EXCHANGE:
+        command += f" --exchange {shlex.quote(settings.exchange)}"
+    return command
+
+
+def probe_learner_config(settings) -> DoctorCheck:
+    """Learner configs this account can see (this Python's, this account's) name the same course and exchange."""
+    from amp_lessons.tools import learner_config
+
+    name = "the learners' nbgrader settings"
+    command = learner_command(settings)
+    wanted = {"course_id": settings.course_id, "exchange": settings.exchange}
+    seen = []
+    for path, flag in (
+        (learner_config.sys_prefix_config_path(), "--sys-prefix"),
+        (
+            learner_config.user_config_path(),
+            f"--output {shlex.quote(str(learner_config.user_config_path()))}",
+        ),
+    ):
+        if not path.is_file():
+            continue
+        found = learner_config.read_learner_config(path)
+        wrong = {k: v for k, v in found.items() if k in wanted and v != wanted[k]}
+        if wrong or "student_id" in found:
+            what = ", ".join(
+                f"{k} {v!r}"
+                for k, v in {**wrong, **{k: v for k, v in found.items() if k == "student_id"}}.items()
+            )
+            return DoctorCheck(name, False, f"{path} sets {what}", f"{command} {flag} --force")
+        seen.append(str(path))
+    where = f"; {', '.join(seen)} agree" if seen else ""
+    return DoctorCheck(
+        name,
+        True,
+        f"learners run `{command}` (course id {settings.course_id!r}, exchange {settings.exchange}){where}",
+    )
+
+
+def run_instructor_doctor(out=print, folder: Path | None = None) -> int:
+    """What an instructor needs to run the workshop through nbgrader; 0 = ready, 1 = something to fix."""
+    from amp_lessons.tools.exercises.course import CORE_ASSIGNMENT, FULL_ASSIGNMENT
+
+    folder = folder or course_folder()
+    assignments = [FULL_ASSIGNMENT, CORE_ASSIGNMENT]
+    checks = [
+        _safely("nbgrader", probe_nbgrader),
+        _safely("nbgrader's helper programs are on PATH", probe_nbgrader_programs),
+    ]
+    config = _safely("the course's nbgrader settings", probe_course_config, folder)
+    config, settings = config if isinstance(config, tuple) else (config, None)
+    checks.append(config)
+    if settings is not None:
+        root = Path(settings.course_root)
+        checks += [_safely(f"assignment {a}", probe_assignment, root, a) for a in assignments]
+        exchange = Path(settings.exchange)
+        checks.append(_safely("the exchange folder", probe_exchange_root, exchange))
+        checks.append(
+            _safely(
+                "the course in the exchange", probe_exchange_course, exchange, settings.course_id, assignments
+            )
+        )
+        checks.append(_safely("the learners' nbgrader settings", probe_learner_config, settings))
+    out("Ready to grade with nbgrader")
+    for check in checks:
+        out(check.line())
+    failures = [c for c in checks if not c.ok]
+    if hasattr(os, "getuid") and os.getuid() == 0:
+        out(
+            "note: this is root. Learners' code runs as the account that grades: grade as an account that owns nothing else."
         )
     out(
         "READY" if not failures else f"NOT READY: {len(failures)} check(s) failed; take the next steps above."

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from amp_lessons.checks import registry
 from amp_lessons.tools.exercises import builder, course
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +178,117 @@ def test_exercises_are_what_nbgrader_generates(tmp_path):
             assert builder.cell_source(mine) == builder.cell_source(nbgrader), where
             assert mine["metadata"] == nbgrader["metadata"] and set(mine) == set(nbgrader), where
         assert {k: v for k, v in ours["metadata"].items() if k != "amp_lessons"} == theirs["metadata"]
+
+
+# ------------------------------------------------------------------- the core track's own assignment
+
+LESSON_MAP = """## 4. The lesson map
+| # | notebook | what it teaches | core track (3-hour workshop) | minutes |
+|---|---|---|---|---|
+| 00 | `00_start_here` | how | all | 10 |
+| 98 | `98_demo` | x | §1 A, §7 The 1.0000 vs 1.0003 example; exercises 98.2 and 98.3, 97.1 | 25 |
+| 99 | `99_demo` | y | §1 Timing — reading only | 15 |
+"""
+
+
+def lesson_zero(text=LESSON_MAP):
+    return {"cells": [{"cell_type": "markdown", "metadata": {}, "source": text}]}
+
+
+def test_core_exercises_come_from_lesson_zeros_core_column():
+    assert course.core_exercise_numbers(lesson_zero()) == ["98.2", "98.3"], (
+        "another lesson's number is not one"
+    )
+    known = {"check_a": "98.2 a", "check_b": "98.1 b"}
+    assert course.core_checks(lesson_zero(), known) == ({"check_a": "98.2 a"}, ["98.3"])
+    assert course.core_exercise_numbers(lesson_zero("no table here")) == []
+
+
+def test_the_real_core_track_agrees_with_the_section_markers():
+    """Lesson 00's column names the core checks; each check's nearest *Track:* marker (if any) agrees."""
+    known = registry.declared_checks()
+    zero = builder.read_notebook(ROOT / "notebooks" / course.LESSON_ZERO)
+    core, unknown = course.core_checks(zero, known)
+    assert core and not unknown
+    disagree = []
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for check, track in course.section_tracks(builder.read_notebook(path)).items():
+            wanted = "core" if check in core else "full"
+            if track not in (None, wanted):
+                disagree.append(f"{path.name}: {check} sits under *Track: {track}*, lesson 00 says {wanted}")
+    assert not disagree, disagree
+
+
+def test_core_source_grades_only_the_core_checks():
+    known = {"check_add": "99.1 add", "check_sub": "99.2 sub"}
+    sub = SOLUTION_CELL.replace("add", "sub").replace("a + b", "a - b")
+    solution = make_notebook(SOLUTION_CELL, "check_add(add)", sub, "check_sub(sub)")
+    course.mark_cells(solution, known)
+    core = course.core_source(solution, "99_demo.ipynb", {"check_add": "99.1 add"}, known)
+    graded = [course.grade_id(c) for c in core["cells"] if course.is_graded(c)]
+    assert graded == ["check_add"]
+    not_graded = core["cells"][3]
+    assert "nbgrader" not in not_graded["metadata"] and "not graded in the core-track" in not_graded["source"]
+    assert course.is_solution(core["cells"][2]), "its answer cell still becomes a stub"
+    assert core["metadata"]["amp_lessons"]["track"] == "core"
+    assert course.core_source(solution, "99_demo.ipynb", {}, known) is None
+
+
+def test_core_sources_are_built_checked_and_pruned(tmp_path, monkeypatch):
+    known = {"check_add": "98.2 add"}
+    monkeypatch.setattr(builder.registry, "declared_checks", lambda: known)
+    for folder in ("solutions", "exercises", "notebooks"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "notebooks" / course.LESSON_ZERO).write_text(
+        json.dumps(lesson_zero(LESSON_MAP.replace(" and 98.3", "")))
+    )
+    solution = make_notebook(SOLUTION_CELL, "check_add(add)")
+    course.mark_cells(solution, known)
+    (tmp_path / "solutions" / "98_demo.ipynb").write_text(builder.dumps(solution))
+    builder.build(tmp_path)
+    core = tmp_path / "course" / "source" / course.CORE_ASSIGNMENT
+    assert [p.name for p in core.glob("*.ipynb")] == ["98_demo.ipynb"]
+    assert builder.stale_exercises(tmp_path) == []
+    (core / "97_gone.ipynb").write_text("{}")
+    (core / "98_demo.ipynb").write_text("{}")
+    assert builder.stale_exercises(tmp_path) == [
+        "out of date: course/source/mixed_precision_core/98_demo.ipynb",
+        "no core exercise in: course/source/mixed_precision_core/97_gone.ipynb",
+    ]
+    builder.build(tmp_path)
+    assert builder.stale_exercises(tmp_path) == [] and not (core / "97_gone.ipynb").exists()
+    (tmp_path / "notebooks" / course.LESSON_ZERO).write_text(json.dumps(lesson_zero()))
+    with pytest.raises(builder.BuildError, match="exercise\\(s\\) 98.3 in the core track"):
+        builder.build(tmp_path)
+
+
+def test_the_core_assignment_is_graded_out_of_the_core_checks(tmp_path):
+    """nbgrader generates course/source/mixed_precision_core; its gradebook's maximum is one point per core check."""
+    nbgrader_api = pytest.importorskip("nbgrader.api", reason="nbgrader is for instructors")
+    shutil.copytree(
+        ROOT / "course" / "source" / course.CORE_ASSIGNMENT, tmp_path / "course" / "source" / "core"
+    )
+    (tmp_path / "nbgrader_config.py").write_text(
+        f"load_subconfig({str(ROOT / 'nbgrader_config.py')!r})  # noqa: F821\n"
+        f"get_config().CourseDirectory.root = {str(tmp_path / 'course')!r}  # noqa: F821\n"
+    )
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # for alembic
+    run = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", "core"],
+        cwd=tmp_path,
+        env=dict(os.environ, PATH=path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    zero = builder.read_notebook(ROOT / "notebooks" / course.LESSON_ZERO)
+    core, _ = course.core_checks(zero, registry.declared_checks())
+    with nbgrader_api.Gradebook(f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}") as book:
+        assignment = book.find_assignment("core")
+        assert assignment.max_score == len(core)
+        graded = {cell.name for notebook in assignment.notebooks for cell in notebook.grade_cells}
+    assert graded == set(core)
+    released = tmp_path / "course" / "release" / "core"
+    for notebook in released.glob("*.ipynb"):
+        assert "### BEGIN SOLUTION" not in notebook.read_text(encoding="utf-8"), notebook.name

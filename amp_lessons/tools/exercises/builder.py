@@ -157,6 +157,7 @@ def stale_exercises(root: Path | None = None) -> list[str]:
     for path in sorted((root / "exercises").glob("*.ipynb")):
         if path not in planned:
             problems.append(f"no solution notebook for: {path.relative_to(root)}")
+    problems += stale_core_sources(root)
     known_checks = registry.declared_checks()
     for path in sorted((root / "solutions").glob("*.ipynb")):
         if course.mark_cells(read_notebook(path), known_checks):
@@ -175,6 +176,70 @@ def build(root: Path | None = None) -> list[Path]:
     for path, text in planned_exercises(root).items():
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written + build_core_sources(root)
+
+
+# ------------------------------------------------------------- course/source/mixed_precision_core
+
+
+def core_folder(root: Path) -> Path:
+    return root / "course" / "source" / course.CORE_ASSIGNMENT
+
+
+def planned_core_sources(root: Path | None = None, known_checks: dict | None = None) -> dict[Path, str]:
+    """core source path -> its text: the core-track assignment, one notebook per lesson with a core exercise.
+
+    The core exercises are the ones lesson 00's lesson map names in its core-track column (read when this
+    runs, so a new lesson's row counts at once). Without lesson 00 (a course folder under test) there is no
+    core assignment. An exercise that lesson 00 names but no checker has is refused.
+    """
+    root = root or repo_root()
+    lesson_zero = root / "notebooks" / course.LESSON_ZERO
+    if not lesson_zero.exists():
+        return {}
+    known_checks = registry.declared_checks() if known_checks is None else known_checks
+    core, unknown = course.core_checks(read_notebook(lesson_zero), known_checks)
+    if unknown:
+        raise BuildError(
+            f"notebooks/{course.LESSON_ZERO} puts exercise(s) {', '.join(unknown)} in the core track, "
+            "but no lesson's check.py has a checker with that number"
+        )
+    planned = {}
+    for path in sorted((root / "solutions").glob("*.ipynb")):
+        notebook = course.core_source(read_notebook(path), path.name, core, known_checks)
+        if notebook is not None:
+            planned[core_folder(root) / exercise_name(path)] = dumps(notebook)
+    return planned
+
+
+def stale_core_sources(root: Path) -> list[str]:
+    planned = planned_core_sources(root)
+    problems = []
+    for path, text in planned.items():
+        if not path.exists():
+            problems.append(f"missing: {path.relative_to(root)}")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"out of date: {path.relative_to(root)}")
+    for path in sorted(core_folder(root).glob("*.ipynb")):
+        if path not in planned:
+            problems.append(f"no core exercise in: {path.relative_to(root)}")
+    return problems
+
+
+def build_core_sources(root: Path) -> list[Path]:
+    """Write the core-track assignment's source notebooks; remove those of lessons without a core exercise."""
+    planned = planned_core_sources(root)
+    if planned:
+        core_folder(root).mkdir(parents=True, exist_ok=True)
+    written = []
+    for path, text in planned.items():
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    for path in sorted(core_folder(root).glob("*.ipynb")):
+        if path not in planned:
+            path.unlink()
             written.append(path)
     return written
 

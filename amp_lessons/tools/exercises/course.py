@@ -15,6 +15,11 @@
 
 Grade ids are ``answer_<function>`` for a solution cell and the check function's name (``check_stored_value``)
 for a check cell: stable, readable in nbgrader's formgrader, and unique within a notebook.
+
+Two nbgrader assignments: ``mixed_precision`` (``course/source/mixed_precision`` links to ``solutions/``: every
+check graded) and ``mixed_precision_core`` (``course/source/mixed_precision_core``, written by the builder with
+:func:`core_source`): the lessons with a core-track exercise, where only the checks of the exercises that lesson
+00's core-track column names are graded, so a 3-hour room is graded out of its own checks.
 """
 
 from __future__ import annotations
@@ -288,3 +293,111 @@ def restore_check_cells(learner: dict, source: dict) -> tuple[dict, dict[int, st
         if isinstance(cell, dict) and grade_id(cell) in graded and is_graded(cell)
     }
     return notebook, restored
+
+
+# ------------------------------------------------------------------- the core track's own assignment
+
+FULL_ASSIGNMENT = "mixed_precision"
+CORE_ASSIGNMENT = "mixed_precision_core"
+LESSON_ZERO = "00_start_here.ipynb"
+EXERCISE_NUMBERS = re.compile(r"\bexercises?\s+((?:\d\d\.\d+(?:\s*(?:,|and|&)\s*)?)+)", re.I)
+EXERCISE_NUMBER = re.compile(r"\d\d\.\d+")
+TRACK_MARKER = re.compile(r"\*Track:\s*(core|full)\*", re.I)
+NOT_IN_CORE = f"# Full course only: not graded in the core-track assignment ({CORE_ASSIGNMENT}).\n"
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    return [
+        [part.strip() for part in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if line.strip().startswith("|")
+    ]
+
+
+def core_column(lesson_zero: dict) -> dict[str, str]:
+    """``{"01": "§1 Three fields, ...; exercise 01.1", ...}``: the core-track column of lesson 00's lesson map.
+
+    The table is the markdown table whose header has a column named "core track ..."; its first column is the
+    lesson number. An empty dict when lesson 00 has no such table.
+    """
+    for cell in lesson_zero.get("cells", []):
+        if cell.get("cell_type") != "markdown":
+            continue
+        rows = _table_rows(cell_source(cell))
+        if not rows:
+            continue
+        column = next((i for i, name in enumerate(rows[0]) if name.lower().startswith("core track")), None)
+        if column is None:
+            continue
+        return {
+            row[0]: row[column] for row in rows[2:] if len(row) > column and re.fullmatch(r"\d\d", row[0])
+        }
+    return {}
+
+
+def core_exercise_numbers(lesson_zero: dict) -> list[str]:
+    """The exercises lesson 00 puts in the core track (``["01.1", "02.1", ...]``), in lesson order.
+
+    Read from the core-track column (``...; exercise 01.1``); a number that does not belong to its row's
+    lesson is ignored (``§7 The 1.0000 vs 1.0003 example`` names no exercise).
+    """
+    numbers = []
+    for lesson, text in core_column(lesson_zero).items():
+        for group in EXERCISE_NUMBERS.findall(text):
+            numbers += [n for n in EXERCISE_NUMBER.findall(group) if n.startswith(f"{lesson}.")]
+    return list(dict.fromkeys(numbers))
+
+
+def core_checks(lesson_zero: dict, known: dict) -> tuple[dict[str, str], list[str]]:
+    """``({check function name: label}, [exercise numbers no checker has])`` for the core track.
+
+    ``known`` is ``{check function name: exercise label}`` (``registry.declared_checks()``); a label starts
+    with its exercise number (``"01.1 stored_value"``).
+    """
+    by_number = {label.split()[0]: name for name, label in known.items()}
+    numbers = core_exercise_numbers(lesson_zero)
+    found = {by_number[n]: known[by_number[n]] for n in numbers if n in by_number}
+    return found, [n for n in numbers if n not in by_number]
+
+
+def section_tracks(notebook: dict) -> dict[str, str | None]:
+    """``{grade_id of a graded cell: "core" | "full" | None}``: the *Track:* marker of the nearest heading
+    above it that carries one (None: no marker above it)."""
+    track, found = None, {}
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            marker = TRACK_MARKER.search(cell_source(cell))
+            if marker and cell_source(cell).lstrip().startswith("#"):
+                track = marker.group(1).lower()
+        elif is_graded(cell) and grade_id(cell):
+            found[grade_id(cell)] = track
+    return found
+
+
+def core_source(solution: dict, name: str, core: dict, known: dict) -> dict | None:
+    """The core-track assignment's source notebook for one solution notebook (None: no core exercise in it).
+
+    The lesson stays whole, so learners of the 3-hour room work the same notebook; only the check cells of
+    core exercises stay graded (one point each). Every other check cell loses its nbgrader metadata, keeps
+    its check (a learner may still run it) and says that it is not graded; solution cells stay solution
+    cells (their stubs are generated as usual). So nbgrader's total is the number of core checks.
+    """
+    notebook = copy.deepcopy(solution)
+    graded_core = 0
+    for cell in notebook.get("cells", []):
+        if not is_graded(cell):
+            continue
+        checks = called_checks(cell_source(cell), known)
+        if checks and checks[0] in core:
+            graded_core += 1
+            continue
+        del cell["metadata"]["nbgrader"]
+        cell["source"] = NOT_IN_CORE + cell_source(cell)
+    if not graded_core:
+        return None
+    notebook.setdefault("metadata", {})["amp_lessons"] = {
+        "generated_from": f"solutions/{name}",
+        "track": "core",
+        "note": "Generated by `python -m amp_lessons build-exercises`; edit the solution notebook instead.",
+    }
+    return notebook
