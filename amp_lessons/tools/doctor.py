@@ -235,6 +235,22 @@ def probe_process_group() -> DoctorCheck:
     )
 
 
+def torchao_note() -> str:
+    """torchao is optional for readiness: without it lessons 10 and 11 skip their torchao sections and say why."""
+    try:
+        from amp_lessons.core.optional_libraries import torchao_support
+
+        support = torchao_support()
+    except Exception as exc:  # the note must never end the doctor
+        return f"note: torchao could not be checked ({type(exc).__name__})"
+    if support.available:
+        return f"note: torchao {support.version} imports here (lessons 10 and 11 run their torchao sections)"
+    return (
+        f"note: lessons 10 and 11 will skip their torchao sections: {support.reason}. Everything else runs; "
+        f"to run them: {pip_install('-U', 'torch', 'torchao')}"
+    )
+
+
 def _safely(name: str, probe, *args):
     try:
         return probe(*args)
@@ -286,6 +302,8 @@ def run_doctor(out=print) -> int:
     failures = [c for c in checks if not c.ok]
     if env is not None and not getattr(env, "is_gpu", True):
         out("note: no GPU here. Every lesson runs; lesson 07's speed and memory results will be CPU numbers.")
+    if env is not None:
+        out(torchao_note())
     if len(failures) > 1:
         out(
             f"Or all at once, from the course folder ({REPO}): {pip_install('-r', 'requirements.txt')} "

@@ -228,3 +228,19 @@ def test_doctor_instructor_on_the_command_line():
 
     args = cli.build_parser().parse_args(["doctor", "--instructor"])
     assert args.instructor and args.run is cli.cmd_doctor
+
+
+def test_the_torchao_note_says_what_lessons_10_and_11_skip(monkeypatch):
+    from amp_lessons.core import optional_libraries
+    from amp_lessons.tools import doctor
+
+    broken = optional_libraries.Support(
+        "torchao", False, None, "torchao 0.18.0 does not import on torch 2.4.1"
+    )
+    monkeypatch.setattr(optional_libraries, "torchao_support", lambda: broken)
+    note = doctor.torchao_note()
+    assert "skip their torchao sections" in note and "does not import on torch 2.4.1" in note
+    assert "pip install -U torch torchao" in note
+    working = optional_libraries.Support("torchao", True, "0.18.0", "")
+    monkeypatch.setattr(optional_libraries, "torchao_support", lambda: working)
+    assert doctor.torchao_note().startswith("note: torchao 0.18.0 imports here")
