@@ -5,6 +5,7 @@ The lesson's files (notebook ``notebooks/07_measuring_gains.ipynb``, exercise ``
 - ``benchmark.py``: measure time and memory of training-step variants honestly.
 - ``check.py``: the exercise checkers (loaded by ``amp_lessons.checks``; notebooks never import it)
 - ``memory.py``: the memory of a training step, measured by kind — what AMP shrinks and what it does not.
+- ``spies.py``: 07.1's recorder of what the learner's code does around a step (runs where that code runs)
 - ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import io
 import math
 import numbers
 import statistics
@@ -40,11 +39,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
 
 from amp_lessons.checks.harness import call_learner, checker, passed, stop
 from amp_lessons.checks.mistakes import first_mistake, rule
 from amp_lessons.core.environment import dtype_name
+from amp_lessons.l07_measuring_gains.spies import TimingSpy
 
 LAUNCH_S = 2e-5  # host time to queue one step on the fake device
 SYNC_S = 1e-6  # host time of one sync() call
@@ -105,40 +104,6 @@ class FakeDevice:
     def cuda_synchronize(self, *args, **kwargs):
         self.now = max(self.now, self.busy_until) + SYNC_S
         self.events.append(("cuda-sync",))
-
-
-class _Watcher(TorchFunctionMode):
-    """Records every torch operation the learner's code runs (the fake step itself runs none)."""
-
-    def __init__(self, device: FakeDevice):
-        super().__init__()
-        self.device = device
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", str(func))
-        self.device.diagnostic(name)
-        return func(*args, **(kwargs or {}))
-
-
-class _PrintRecorder(io.StringIO):
-    def __init__(self, device: FakeDevice):
-        super().__init__()
-        self.device = device
-
-    def write(self, text):
-        if text.strip():
-            self.device.diagnostic("print")
-        return super().write(text)
-
-
-@contextlib.contextmanager
-def _patched_cuda_synchronize(device: FakeDevice):
-    original = torch.cuda.synchronize
-    torch.cuda.synchronize = device.cuda_synchronize
-    try:
-        yield
-    finally:
-        torch.cuda.synchronize = original
 
 
 # Scenarios: (warmup, repeats, costs of every call in order). The first calls are slow like real first calls.
@@ -230,8 +195,7 @@ def _timed_windows(events):
 
 def _run_scenario(time_step, warmup: int, repeats: int, costs: list):
     device = FakeDevice(costs)
-    recorder = _PrintRecorder(device)
-    with _patched_cuda_synchronize(device), contextlib.redirect_stdout(recorder), _Watcher(device):
+    with TimingSpy(device.diagnostic, device.cuda_synchronize):
         result = call_learner(
             time_step,
             device.step,

@@ -320,6 +320,27 @@ def test_fake_device_is_asynchronous():
     assert device.clock() - start == pytest.approx(0.1, abs=1e-5)
 
 
+def test_the_timing_spy_reports_ops_prints_and_syncs_and_restores_everything():
+    """07.1's recorder (``spies.TimingSpy``, importable in a grading kernel) reports to the device and judges
+    nothing; on exit print and torch.cuda.synchronize are the caller's again."""
+    import sys
+
+    from amp_lessons.l07_measuring_gains.spies import TimingSpy
+
+    device, stdout, synchronize = FakeDevice([0.01]), sys.stdout, torch.cuda.synchronize
+    with TimingSpy(device.diagnostic, device.cuda_synchronize):
+        loss = device.step()
+        loss.item()
+        print("loss")
+        torch.cuda.synchronize()
+    assert [e for e in device.events if e[0] != "step"] == [
+        ("diag", "item"),
+        ("diag", "print"),
+        ("cuda-sync",),
+    ]
+    assert sys.stdout is stdout and torch.cuda.synchronize is synchronize
+
+
 def test_scenarios_have_slow_first_calls():
     for warmup, _repeats, costs in SCENARIOS:
         if warmup:

@@ -7,7 +7,7 @@ the answer function or a background thread (and forging protocol frames); execut
 found through ``amp_lessons.__file__``; importing the checker; reading classmates' submissions through
 /proc or relative paths; symlinked and broken submissions; processes that outlive grading and rewrite the
 table or a classmate's file; the instructor's secrets from the environment and home; a 2 MB error message;
-killing the grader; the network. Each must earn 0 points or a refusal, change no other learner's file or
+killing the grader; the network; lesson 07's check 07.1 (once judged in the kernel) forged there. Each must earn 0 points or a refusal, change no other learner's file or
 row, and leak no secret; an honest learner and a classmate still pass.
 
 Protections that need the bubblewrap sandbox (hidden files, no network, every process ended) are asserted
@@ -21,6 +21,7 @@ import csv
 import importlib.util
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -32,9 +33,12 @@ from amp_lessons.tools.grade.worker import MESSAGE_LIMIT
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "grade_submissions"
 SOURCE = FIXTURES / "source"
-spec = importlib.util.spec_from_file_location("grade_attacks", FIXTURES / "attacks.py")
-attacks = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(attacks)
+attacks = sys.modules.get("grade_attacks")  # one module for both suites: they share its BUILDERS
+if attacks is None:
+    spec = importlib.util.spec_from_file_location("grade_attacks", FIXTURES / "attacks.py")
+    attacks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(attacks)
+    sys.modules["grade_attacks"] = attacks
 
 SANDBOXED = sandbox.kind() == sandbox.BWRAP
 needs_bwrap = pytest.mark.skipif(
@@ -71,8 +75,9 @@ def _grade_all(base: Path) -> dict:
         "SECRET_REVERSED": attacks.SECRET[::-1],
         "INSTRUCTOR_HOME": home,
     }
-    for kind in ["honest", *attacks.ATTACKS]:
-        attacks.write(folder, kind, **values)
+    attacks.write(folder, "honest", **values)
+    for student in attacks.students():
+        attacks.write_submission(folder, student, values)
     for name, data in BROKEN.items():
         (folder / name).mkdir()
         (folder / name / attacks.NOTEBOOK).write_bytes(data)
@@ -81,6 +86,12 @@ def _grade_all(base: Path) -> dict:
     (folder / "fifo").mkdir()
     os.mkfifo(folder / "fifo" / attacks.NOTEBOOK)
     (folder / "folder" / attacks.NOTEBOOK).mkdir(parents=True)
+    source = base / "source"
+    source.mkdir()
+    (source / attacks.NOTEBOOK).write_bytes((SOURCE / attacks.NOTEBOOK).read_bytes())
+    for lesson in attacks.IN_KERNEL_ONCE:  # the checks that were judged in the kernel: forged there, 0 here
+        (source / lesson).write_bytes((attacks.COURSE / "solutions" / lesson).read_bytes())
+        attacks.write_lesson_forgery(folder / "forged_in_kernel", lesson)
     before = classmate.read_bytes()
 
     patch = pytest.MonkeyPatch()
@@ -94,7 +105,7 @@ def _grade_all(base: Path) -> dict:
                 "grade",
                 "submissions",
                 "--source",
-                str(SOURCE),
+                str(source),
                 "--timeout",
                 "30",
                 "--jobs",
@@ -112,10 +123,22 @@ def _grade_all(base: Path) -> dict:
     return {
         "code": code,
         "rows": {Path(r["learner_file"]).parent.name: r for r in rows},
+        "exercises": {f"{Path(r['learner_file']).parent.name} {r['exercise']}": r for r in rows},
         "grades": str(grades),
         "classmate": [str(classmate), before.hex()],
         "seconds": seconds,
     }
+
+
+def test_checks_once_judged_in_the_kernel_cannot_be_forged_there(graded):
+    """07.1 needs recorders around the learner's code (a fake device, a print and op recorder): its clock
+    stays with the judge, the recorders run in the kernel. Patching the check name, the harness and the
+    recorder there and returning made-up times scores nothing."""
+    forged = {k: r for k, r in graded["exercises"].items() if k.startswith("forged_in_kernel ")}
+    assert {r["exercise"] for r in forged.values()} >= {"07.1 time_step"}, forged
+    for found in forged.values():
+        assert found["passed"] == "False" and found["status"] != "passed", found
+        assert "forged" not in found["message"]
 
 
 def test_honest_learners_still_pass(graded):
@@ -126,7 +149,7 @@ def test_honest_learners_still_pass(graded):
 
 @pytest.mark.parametrize("kind", list(attacks.ATTACKS))
 def test_every_attack_scores_nothing(graded, kind):
-    found = graded["rows"][kind]
+    found = graded["rows"][attacks.student_of(kind)]
     assert found["passed"] == "False", found
     assert found["status"] != "passed"
     assert "forged" not in found["message"]
@@ -142,7 +165,7 @@ def test_the_judge_ran_the_real_check_on_the_stub(graded):
         "env_switches",
         "verdict_from_answer",
     ):
-        found = graded["rows"][kind]
+        found = graded["rows"][attacks.student_of(kind)]
         assert found["status"] in ("not done", "failed"), found
     assert "raised an error: LearnerProblem" in graded["rows"]["verdict_from_answer"]["message"]
 
@@ -187,16 +210,16 @@ def test_nothing_outlives_grading_and_the_tables_are_sealed(graded):
 
 def test_killing_the_grader_costs_only_its_own_row(graded):
     rows = graded["rows"]
-    assert rows["kill_grader"]["passed"] == "False"
-    assert rows["honest"]["status"] == "passed" and len(rows) >= len(attacks.ATTACKS) + 8
+    assert rows[attacks.student_of("kill_grader")]["passed"] == "False"
+    assert rows["honest"]["status"] == "passed" and len(rows) >= len(attacks.students()) + 8
 
 
 def test_the_learners_table_has_a_row_and_total_per_learner(graded):
     with open(table.learners_path(graded["grades"]), newline="", encoding="utf-8") as handle:
         learners = {r["learner"]: r for r in csv.DictReader(handle)}
     assert learners["honest"]["passed"] == "1" and learners["honest"]["exercises"] == "1"
-    assert learners["patch_harness"]["passed"] == "0"
-    assert set(learners) >= {"honest", "classmate", *attacks.ATTACKS}
+    assert learners[attacks.student_of("patch_harness")]["passed"] == "0"
+    assert set(learners) >= {"honest", "classmate", *attacks.students()}
 
 
 def test_verify_notices_a_changed_table(graded, tmp_path, capsys):
@@ -217,3 +240,8 @@ def test_grading_time(graded, capsys):
         count = len(graded["rows"])
         print(f"\ngrade: {count} notebooks in {graded['seconds']:.0f} s with --jobs 2 ({sandbox.kind()})")
     assert json.dumps(graded["rows"])  # the rows are plain data
+
+
+attacks.BUILDERS["grade_attacks"] = (
+    _grade_all  # see attacks.shared_run: the other suite's worker may build it
+)

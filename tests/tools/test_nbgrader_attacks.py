@@ -2,7 +2,8 @@
 
 One course, one assignment (lesson 00's warm-up, from the grading fixtures), one ``nbgrader autograde`` run
 over every attack of ``tests/fixtures/grade_submissions/attacks.py`` plus an honest learner, a classmate,
-a symlinked and a broken submission. The instructor's environment and home hold a secret. Afterwards:
+a symlinked and a broken submission, and lesson 07's exercise with a forged 07.1 (a check once judged in
+the kernel) from one more learner. The instructor's environment and home hold a secret. Afterwards:
 every attack scores 0 in the gradebook, the honest learners full marks; no autograded notebook and no
 released feedback holds the secret; a pass is written as text and logged as nothing, a failure as an error
 that shows the learner's message and no traceback into the course's harness; a detached process changed
@@ -29,13 +30,32 @@ nbgrader_api = pytest.importorskip(
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "grade_submissions"
-spec = importlib.util.spec_from_file_location("grade_attacks", FIXTURES / "attacks.py")
-attacks = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(attacks)
+attacks = sys.modules.get("grade_attacks")  # one module for both suites: they share its BUILDERS
+if attacks is None:
+    spec = importlib.util.spec_from_file_location("grade_attacks", FIXTURES / "attacks.py")
+    attacks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(attacks)
+    sys.modules["grade_attacks"] = attacks
 ASSIGNMENT = "warmup"
 LESSON = "00_warm_up"
 CELL = "check_autocast_matmul"
 SANDBOXED = sandbox.kind() == sandbox.BWRAP
+
+
+# nbgrader shares two more submissions, where only the score and the outputs are read (no table message):
+# the secrets with the huge message, and the answers within reach (the reference module first: its wrong
+# answer is replaced only by a later cell that found a right one, which would score). 11 warm-up submissions, not 18.
+SHARED = {
+    **attacks.SHARED,
+    "secrets_and_huge": ["secrets", "huge_message"],
+    "answers_in_reach": ["reference_implementation", "solutions_cells", "classmates_files"],
+}
+STUDENTS = attacks.students(SHARED)
+STUDENT_OF = {kind: attacks.student_of(kind, SHARED) for kind in attacks.ATTACKS}
+
+
+def _write(folder: Path, student: str, values: dict) -> Path:
+    return attacks.write_submission(folder, student, values, SHARED)
 
 
 def nbgrader(*args, cwd: Path, env: dict) -> subprocess.CompletedProcess:
@@ -67,6 +87,8 @@ def _autograde_all(base: Path) -> dict:
     (course / "source" / ASSIGNMENT / f"{LESSON}.ipynb").write_bytes(
         (FIXTURES / "source" / f"{LESSON}.ipynb").read_bytes()
     )
+    for lesson in attacks.IN_KERNEL_ONCE:  # a check once judged in the kernel, forged there: one learner
+        (course / "source" / ASSIGNMENT / lesson).write_bytes((ROOT / "solutions" / lesson).read_bytes())
     (instructor / "nbgrader_config.py").write_text(
         "c = get_config()  # noqa: F821\n"
         f"load_subconfig({str(ROOT / 'nbgrader_config.py')!r})  # noqa: F821\n"
@@ -89,11 +111,13 @@ def _autograde_all(base: Path) -> dict:
         "SECRET_REVERSED": attacks.SECRET[::-1],
         "INSTRUCTOR_HOME": home,
     }
-    for kind in ["honest", *attacks.ATTACKS]:
-        path = attacks.write(base / "work", kind, **values)
+    for kind in ["honest", *STUDENTS]:
+        path = _write(base / "work", kind, values)
         target = submitted / kind / ASSIGNMENT / f"{LESSON}.ipynb"
         target.parent.mkdir(parents=True)
         target.write_bytes(path.read_bytes())
+    for lesson in attacks.IN_KERNEL_ONCE:
+        attacks.write_lesson_forgery(submitted / "forged_in_kernel" / ASSIGNMENT, lesson)
     classmate.parent.mkdir(parents=True)
     classmate.write_bytes((submitted / "honest" / ASSIGNMENT / f"{LESSON}.ipynb").read_bytes())
     (submitted / "symlink" / ASSIGNMENT).mkdir(parents=True)
@@ -108,7 +132,7 @@ def _autograde_all(base: Path) -> dict:
     log = run.stdout + run.stderr
     feedback = nbgrader("generate_feedback", ASSIGNMENT, cwd=instructor, env=env)
     time.sleep(2.0)  # a detached process would rewrite the gradebook or a classmate's file now
-    students = ["honest", "classmate", "symlink", "broken", *attacks.ATTACKS]
+    students = ["honest", "classmate", "symlink", "broken", *STUDENTS]
     scores = {}
     with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book:
         for student in students:
@@ -116,15 +140,33 @@ def _autograde_all(base: Path) -> dict:
                 scores[student] = book.find_grade(CELL, LESSON, ASSIGNMENT, student).score
             except nbgrader_api.MissingEntry:
                 scores[student] = None  # nbgrader could not grade it at all
+        forged = {
+            cell.name: cell.score
+            for lesson in attacks.IN_KERNEL_ONCE
+            for cell in _grades_of(book, lesson, "forged_in_kernel")
+        }
     return {
+        "forged_in_kernel": forged,
         "scores": scores,
         "log": log,
         "feedback": feedback.stdout + feedback.stderr,
         "course": str(course),
         "classmate": [str(classmate), before.hex()],
         "seconds": seconds,
-        "count": len(students),
+        "count": len(students) + len(attacks.IN_KERNEL_ONCE),
     }
+
+
+def _grades_of(book, lesson: str, student: str) -> list:
+    notebook = book.find_submission_notebook(Path(lesson).stem, ASSIGNMENT, student)
+    return [grade for grade in notebook.grades]
+
+
+def test_a_check_once_judged_in_the_kernel_cannot_be_forged_there(autograded):
+    """07.1's forged notebook (its check name, the harness and its recorder patched in the kernel, made-up
+    times): 0 points for each of its checks."""
+    assert autograded["forged_in_kernel"], "the forged lesson-07 notebook was not graded"
+    assert not any(autograded["forged_in_kernel"].values()), autograded["forged_in_kernel"]
 
 
 def _autograded(course: Path, student: str) -> dict:
@@ -146,7 +188,8 @@ def test_honest_learners_get_full_marks(autograded):
 
 @pytest.mark.parametrize("kind", list(attacks.ATTACKS))
 def test_every_attack_scores_nothing_in_the_gradebook(autograded, kind):
-    assert not autograded["scores"][kind], (kind, autograded["scores"][kind])
+    student = STUDENT_OF.get(kind, kind)
+    assert not autograded["scores"][student], (kind, student, autograded["scores"][student])
 
 
 def test_links_and_broken_files_score_nothing(autograded):
@@ -158,7 +201,7 @@ def test_a_pass_is_text_and_a_failure_shows_the_learners_message(autograded):
     course = autograded["course"]
     [passed] = _check_outputs(course, "honest")
     assert passed["output_type"] == "stream" and "[PASS]" in "".join(passed["text"])
-    [failed] = _check_outputs(course, "patch_harness")
+    [failed] = _check_outputs(course, STUDENT_OF["patch_harness"])
     assert failed["output_type"] == "error" and "Not done yet" in failed["evalue"]
     assert not any("harness.py" in line or "Traceback" in line for line in failed["traceback"])
     warnings = [line for line in autograded["log"].splitlines() if "WARNING" in line]
@@ -184,3 +227,8 @@ def test_nothing_outlives_autograde(autograded):
 def test_autograde_time(autograded, capsys):
     with capsys.disabled():
         print(f"\nnbgrader autograde: {autograded['count']} notebooks in {autograded['seconds']:.0f} s")
+
+
+attacks.BUILDERS["nbgrader_attacks"] = (
+    _autograde_all  # see attacks.shared_run: the other suite's worker may build it
+)

@@ -33,14 +33,13 @@ import time
 from amp_lessons.tools.grade import codec
 
 CALL_GRACE_S = 5.0  # how long the judge waits past the check's budget for the kernel's answer
-# Checks the judge cannot run on its side yet: each needs its learner's code to run inside recorders the
-# checker switches on around the call (patched os.replace/torch.save, a fake device, gloo ranks, a backward
-# pass through the learner's output). For these the kernel runs the check cell and sends the verdict, as
-# before issue 21: a learner CAN forge them (docs/grading.md says so); their lesson's check.py stays visible.
+# Checks the judge cannot run on its side yet (docs/grading.md says why for each): the kernel runs the check
+# cell and sends the verdict, as before issue 21, so a learner CAN forge them; their lesson's check.py stays
+# visible to the kernel. 07.1 left this table when its recorder moved to l07_measuring_gains/spies.py (its
+# simulated device and clock stay here, called back from the kernel).
 IN_KERNEL = {
     "check_texture_forward": "amp_lessons.l05_nan_debugging.check",
     "check_save_checkpoint": "amp_lessons.l06_checkpoint_and_rollback.check",
-    "check_time_step": "amp_lessons.l07_measuring_gains.check",
     "check_synced_train_step": "amp_lessons.l09_amp_across_processes.check",
 }
 
