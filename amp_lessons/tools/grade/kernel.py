@@ -177,7 +177,9 @@ def call(header: dict, payload: bytes) -> tuple[dict, bytes]:
     reply["torch_rng"] = encoder.encode(torch.get_rng_state())
     reply["python_rng"] = encoder.encode(random.getstate())
     if "numpy" in sys.modules:
-        reply["numpy_rng"] = encoder.encode(list(sys.modules["numpy"].random.get_state()))
+        kind, keys, *rest = sys.modules["numpy"].random.get_state()
+        # the keys as int64: torch.load(weights_only=True) on torch < 2.6 does not know a uint32 tensor
+        reply["numpy_rng"] = encoder.encode([kind, keys.astype("int64"), *rest])
     return reply, encoder.payload()
 
 

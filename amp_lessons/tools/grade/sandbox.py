@@ -229,23 +229,18 @@ def _bwrap(scratch: Path, writable: list, hidden: tuple) -> list:
 
     folders, files = hidden
     command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
-    command += [
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        "--tmpfs",
-        "/var/tmp",
-        "--tmpfs",
-        "/run",
-    ]
-    for home in _homes():  # the instructor's (and every) home: keys, tokens, history
-        command += ["--tmpfs", str(home)]
-        for needed in {repo_root(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}:
-            if home in needed.parents:
-                command += ["--ro-bind", str(needed), str(needed)]
+    command += ["--dev", "/dev", "--proc", "/proc"]
+    # Fresh, empty /tmp, /var/tmp, /run and homes (the instructor's and every other: keys, tokens, history). The
+    # course and the Python that runs the kernel may live inside one of them (a clone in /tmp, a pyenv Python in
+    # a home): those come back read-only on top, before anything is hidden inside them.
+    needed = sorted({repo_root(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+    for private in [Path("/tmp"), Path("/var/tmp"), Path("/run"), *_homes()]:
+        if not private.is_dir():
+            continue
+        command += ["--tmpfs", str(private)]
+        for path in needed:
+            if private in path.parents:
+                command += ["--ro-bind", str(path), str(path)]
     for folder in folders:
         command += ["--tmpfs", folder]
     for file in files:
