@@ -130,6 +130,19 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def evaluate_settled(page, expression: str):
+    """``page.evaluate`` once the page has stopped navigating: index.html redirects to lesson 00, and on a busy
+    machine the redirect can land after the first load event, destroying the context an evaluate runs in."""
+    for attempt in range(3):
+        try:
+            return page.evaluate(expression)
+        except Exception as exc:
+            if "Execution context was destroyed" not in str(exc) or attempt == 2:
+                raise
+            page.wait_for_load_state("load")
+            page.wait_for_timeout(300)
+
+
 def page_problems(page, url: str, name: str, html_root: Path) -> list:
     """Open one page; what is wrong with it (empty list: nothing)."""
     problems, events = [], []
@@ -139,8 +152,9 @@ def page_problems(page, url: str, name: str, html_root: Path) -> list:
     page.goto(f"{url}/{name}", wait_until="load")
     page.wait_for_timeout(150)
     problems += events
-    missing = page.evaluate(
-        "Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 80))"
+    missing = evaluate_settled(
+        page,
+        "Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 80))",
     )
     problems += [f"missing image: {src}" for src in missing]
     problems += [f"error output: {t[:200]}" for t in page.locator(ERROR_OUTPUT).all_inner_texts()]
