@@ -18,7 +18,7 @@ import torch.
 from amp_lessons import legacy_paths
 
 __all__ = ["Environment", "SetupError", "setup"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 legacy_paths.install()
 
