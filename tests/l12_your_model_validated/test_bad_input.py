@@ -1,5 +1,6 @@
 """Every unusable recipe or argument: a clear message, exit code 2, and no traceback from inside the package."""
 
+import pytest
 import torch
 
 from amp_lessons.l12_your_model_validated import UsageError, validate
@@ -52,45 +53,25 @@ def test_a_recipe_that_fails_to_import(write_recipe, tmp_path, capsys):
     assert_unusable(code, text, "Importing the recipe", "ModuleNotFoundError")
 
 
-def test_outputs_of_the_wrong_shape(write_recipe, tmp_path, capsys):
-    code, text = run(
-        capsys,
-        write_recipe("def outputs_of(model, inputs):\n    return model(inputs)[:1]\n"),
-        "--out",
-        tmp_path / "r",
-    )
-    assert_unusable(code, text, "shape (1, 3)", "first axis of the outputs must be the batch")
-    code, text = run(
-        capsys,
-        write_recipe("def outputs_of(model, inputs):\n    return model(inputs)[:, 0]\n"),
-        "--out",
-        tmp_path / "s",
-    )
-    assert_unusable(code, text, "a classification recipe needs scores", "task = 'regression'")
+# outputs_of returning something the protocol cannot judge: (its body, what the message must say)
+WRONG_OUTPUTS = {
+    "one row for the batch": (
+        "model(inputs)[:1]",
+        ("shape (1, 3)", "first axis of the outputs must be the batch"),
+    ),
+    "no class axis": ("model(inputs)[:, 0]", ("a classification recipe needs scores", "task = 'regression'")),
+    "float64": ("model(inputs).double()", ("float64", "the reference must be FP32")),
+    "integer decisions": ("model(inputs).argmax(1, keepdim=True)", ("torch.int64", "must be floating point")),
+    "a tuple": ("(model(inputs),)", ("not a tensor", "define outputs_of")),
+}
 
 
-def test_outputs_of_the_wrong_dtype(write_recipe, tmp_path, capsys):
-    code, text = run(
-        capsys,
-        write_recipe("def outputs_of(model, inputs):\n    return model(inputs).double()\n"),
-        "--out",
-        tmp_path / "r",
-    )
-    assert_unusable(code, text, "float64", "the reference must be FP32")
-    code, text = run(
-        capsys,
-        write_recipe("def outputs_of(model, inputs):\n    return model(inputs).argmax(1, keepdim=True)\n"),
-        "--out",
-        tmp_path / "s",
-    )
-    assert_unusable(code, text, "torch.int64", "must be floating point")
-    code, text = run(
-        capsys,
-        write_recipe("def outputs_of(model, inputs):\n    return (model(inputs),)\n"),
-        "--out",
-        tmp_path / "t",
-    )
-    assert_unusable(code, text, "not a tensor", "define outputs_of")
+@pytest.mark.parametrize("case", WRONG_OUTPUTS)
+def test_outputs_of_the_wrong_shape_or_dtype(case, write_recipe, tmp_path, capsys):
+    body, expected = WRONG_OUTPUTS[case]
+    recipe = write_recipe(f"def outputs_of(model, inputs):\n    return {body}\n")
+    code, text = run(capsys, recipe, "--out", tmp_path / "r")
+    assert_unusable(code, text, *expected)
 
 
 def test_an_empty_evaluation_set(write_recipe, tmp_path, capsys):
