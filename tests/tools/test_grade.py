@@ -70,13 +70,14 @@ def test_grade_a_folder_of_submissions(submissions, tmp_path, capsys, private_pr
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     before = {p: p.read_bytes() for p in submissions.rglob("*.ipynb")}
     out = tmp_path / "out" / "grades.csv"
+    shutil.copytree(SOURCE, tmp_path / "source")  # named relative to the cwd: the worker runs elsewhere
 
     code = cli.main(
         [
             "grade",
             "submissions",
             "--source",
-            str(SOURCE),
+            "source",
             "--timeout",
             str(TIMEOUT),
             "--jobs",
@@ -225,6 +226,14 @@ def test_bad_output_path_is_refused_before_grading(submissions, tmp_path, capsys
         err = capsys.readouterr().err
         assert words in err and "Nothing was graded" in err
     assert not (tmp_path / "x.ipynb").exists()
+
+
+def test_a_source_folder_without_course_notebooks_is_refused(submissions, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for folder in ("empty", "no-such-folder"):
+        assert cli.main(["grade", "submissions", "--source", folder, "--csv", str(tmp_path / "g.csv")]) == 2
+        assert "no course notebooks NN_topic.ipynb there" in capsys.readouterr().err
+    assert not (tmp_path / "g.csv").exists()
 
 
 def test_no_notebooks_is_an_error(tmp_path, capsys):

@@ -75,6 +75,13 @@ def run(args) -> int:
     if args.timeout <= 0 or args.jobs < 1:
         print("--timeout must be a positive number of seconds and --jobs at least 1.", file=sys.stderr)
         return 2
+    if args.source and not any(Path(args.source).glob("[0-9][0-9]_*.ipynb")):
+        print(
+            f"--source {args.source}: no course notebooks NN_topic.ipynb there (it names the folder of the "
+            "course's own notebooks with their check cells, solutions/ by default). Nothing was graded.",
+            file=sys.stderr,
+        )
+        return 2
     notebooks = grade.find_notebooks(args.paths)
     if not notebooks:
         print("No notebooks found in " + ", ".join(args.paths), file=sys.stderr)

@@ -286,7 +286,8 @@ def grade(
     options = {
         "timeout": float(timeout),
         "kernel": kernel_name,
-        "sources": Path(sources) if sources else repo_root() / "solutions",
+        # absolute: the worker that reads them runs in a scratch folder of its own
+        "sources": Path(sources).absolute() if sources else repo_root() / "solutions",
         "hidden": sandbox.hidden_paths(
             [*paths, *notebooks], [p for p in (csv_path, sources) if p is not None]
         ),
