@@ -74,7 +74,10 @@ def _failure(name: str, exc: BaseException) -> str:
     import torch
 
     version = _installed_version(name)
-    detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+    root = exc  # a library re-raises its dependency's failure: the first link of the chain says what broke
+    while root.__cause__ is not None or root.__context__ is not None:
+        root = root.__cause__ or root.__context__
+    detail = (f"{type(root).__name__}: {root}".splitlines() or [type(root).__name__])[0][:160]
     return (
         f"{name} {version} does not import on torch {torch.__version__} ({detail}); each {name} release supports "
         f"only recent torch releases: upgrade torch (pip install -U torch) or pick the {name} release made for yours"

@@ -13,6 +13,7 @@ unscaled the gradients. The frameworks' log lines and warnings are caught and su
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import logging
 import tempfile
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 
 from amp_lessons.core.autocast_state import autocast_enabled
 from amp_lessons.core.environment import dtype_name, one_cpu_thread
-from amp_lessons.core.optional_libraries import quiet_import, torchao_support
+from amp_lessons.core.optional_libraries import library_support, torchao_support
 
 __all__ = ["FLAGS", "FlagRun", "ProbeNet", "flag_table", "run_flag", "why_unusable"]
 
@@ -203,24 +204,18 @@ def _run_lightning(flag: str, model: ProbeNet, device: torch.device, folder: str
 
 def why_unusable(framework: str) -> str:
     """Why ``framework``'s trainer cannot be imported here ("" when it can), with the root cause of the failure."""
-    import importlib
-    import importlib.util
-
-    if importlib.util.find_spec(framework) is None:
-        return f"{framework} is not installed: pip install {framework}"
-    try:
-        with quiet_import():
-            importlib.import_module(SUBMODULES[framework])
-    except Exception as exc:  # a library that breaks on this torch raises anything at import time
-        root = exc
-        while root.__cause__ is not None or root.__context__ is not None:
-            root = root.__cause__ or root.__context__
-        detail = f"{type(root).__name__}: {str(root).strip().splitlines()[0][:120]}"
-        reason = f"{framework} is installed, but `{SUBMODULES[framework]}` does not import on torch {torch.__version__} ({detail})"
-        if importlib.util.find_spec("torchao") is not None and not torchao_support().available:
-            reason += "; the cause here: transformers imports the installed torchao, which does not import on this torch"
-        return reason
-    return ""
+    support = library_support(*SUBMODULES[framework].split("."))
+    if support.available:
+        return ""
+    installed = importlib.util.find_spec(framework) is not None
+    if installed and framework == "transformers" and importlib.util.find_spec("torchao") is not None:
+        if not torchao_support().available:  # transformers imports torchao when it is installed
+            return (
+                f"transformers is installed, but `{SUBMODULES[framework]}` does not import on torch "
+                f"{torch.__version__}: it imports the installed torchao, which does not import on this torch "
+                "(upgrade torch, or pip uninstall torchao)"
+            )
+    return support.reason
 
 
 def run_flag(framework: str, flag: str, device="cpu") -> FlagRun:
