@@ -214,6 +214,22 @@ def call_learner(fn, *args, what: str | None = None, **kwargs):
         raise LearnerProblem(failed(f"{name} raised an error: {describe_exception(exc)}")) from None
 
 
+def run_beside_learner(fn, helper, *args, **kwargs):
+    """``helper(fn, *args, **kwargs)`` run in the process where the learner's function ``fn`` lives.
+
+    In a notebook that is this process. When a class is graded, ``fn`` lives in the sandboxed kernel and the
+    checker in the judge (``amp_lessons.tools.grade``): the helper then runs in the kernel, so it must be a
+    function of a lesson's ``spies.py`` (the kernel cannot import a checker), must hold no reference value,
+    and must return plain data (numbers, strings, tensors, lists and dicts of them) that the checker judges.
+    What it returns is the learner process's report: judge it as a claim that must equal a correct
+    computation, never as a verdict.
+    """
+    beside = getattr(type(fn), "run_beside", None)
+    if beside is not None and type(fn).__module__ == "amp_lessons.tools.grade.judge":
+        return beside(fn, helper, *args, **kwargs)
+    return helper(fn, *args, **kwargs)
+
+
 def as_number(value, what: str, hint: str = "return a number") -> float:
     """The learner's value as a Python float, or stop the check with a message naming what came back instead.
 

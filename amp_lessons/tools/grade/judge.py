@@ -33,15 +33,6 @@ import time
 from amp_lessons.tools.grade import codec
 
 CALL_GRACE_S = 5.0  # how long the judge waits past the check's budget for the kernel's answer
-# Checks the judge cannot run on its side yet (docs/grading.md says why for each): the kernel runs the check
-# cell and sends the verdict, as before issue 21, so a learner CAN forge them; their lesson's check.py stays
-# visible to the kernel. 07.1 left this table when its recorder moved to l07_measuring_gains/spies.py (its
-# simulated device and clock stay here, called back from the kernel).
-IN_KERNEL = {
-    "check_texture_forward": "amp_lessons.l05_nan_debugging.check",
-    "check_save_checkpoint": "amp_lessons.l06_checkpoint_and_rollback.check",
-    "check_synced_train_step": "amp_lessons.l09_amp_across_processes.check",
-}
 
 
 class KernelGone(Exception):
@@ -217,6 +208,20 @@ class RemoteFunction:
             self.__signature__ = signature
 
     def __call__(self, *args, **kwargs):
+        return self._call({}, args, kwargs)
+
+    def run_beside(self, helper, *args, **kwargs):
+        """Call a course ``helper(learner_function, *args, **kwargs)`` in the kernel, beside this function.
+
+        For a check whose learner code must run with things only a process of its own gives (two gloo ranks,
+        faults injected into ``torch.save``): the helper drives the learner's function there and returns
+        plain data that the checker judges here. Only a function of a lesson's ``spies.py`` (a module the
+        kernel may import, holding no reference values) can be named (``kernel.beside_helper``).
+        """
+        target = {"helper": [helper.__module__, helper.__qualname__]}
+        return self._call(target, (self, *args), kwargs)
+
+    def _call(self, target: dict, args: tuple, kwargs: dict):
         import torch
 
         kernel, callbacks = self._kernel, {}
@@ -233,7 +238,7 @@ class RemoteFunction:
         with torch._C.DisableTorchFunction():
             payload, memo = _dump(args, kwargs, extra, callbacks)
         budget = _budget_left()
-        kernel.send({"op": "call", "h": self._handle, "budget": budget}, payload)
+        kernel.send({"op": "call", "h": self._handle, "budget": budget, **target}, payload)
         deadline = time.monotonic() + budget + CALL_GRACE_S
         header, data = self._answer(kernel, deadline, memo, callbacks)
         if header.get("op") != "returned":
@@ -420,23 +425,6 @@ def judge_check_cell(kernel: Kernel, source: str, known: dict) -> list:
 
     results = []
     for name, arguments in parse_check_cell(source, known):
-        if name in IN_KERNEL:
-            results.append(_checked_in_kernel(kernel, name, arguments, known))
-            continue
         values = [learner_value(kernel, argument) for argument in arguments]
         results.append(getattr(checks, name)(*values))
     return results
-
-
-def _checked_in_kernel(kernel: Kernel, name: str, arguments: list, known: dict):
-    from amp_lessons.checks.harness import CheckResult
-
-    kernel.send({"op": "check_here", "check": name, "names": arguments})
-    header, _ = kernel.receive(time.monotonic() + 120)
-    if header.get("error"):
-        raise NotAttempted(str(header["error"])[:2000])
-    result = CheckResult(
-        header.get("passed") is True, str(header.get("message", ""))[:100000], str(header.get("status", ""))
-    )
-    result.exercise = known[name]  # the label is the course's, whatever the kernel said
-    return result

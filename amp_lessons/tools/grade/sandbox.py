@@ -197,10 +197,7 @@ def hidden_paths(graded=(), extra=()) -> tuple[list, list]:
         Path(sys.executable).resolve(),
     ]
     folders = [root / name for name in ("solutions", ".git", "course", "tests", "shared")]
-    from amp_lessons.tools.grade.judge import IN_KERNEL
-
-    in_kernel = {f"amp_lessons/{module.split('.')[1]}/check.py" for module in IN_KERNEL.values()}
-    files = [p for p in registry.check_files() if not any(str(p).endswith(name) for name in in_kernel)]
+    files = list(registry.check_files())
     files += [Path(p) for p in extra]
     for path in map(lambda p: Path(p).absolute(), graded):
         folder = path if path.is_dir() else path.parent
