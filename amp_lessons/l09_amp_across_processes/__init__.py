@@ -7,6 +7,7 @@ The lesson's files (notebook ``notebooks/09_amp_across_processes.ipynb``, exerci
 - ``distributed.py``: start ranks the way people do (torchrun), and make sure every one of them ends.
 - ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
+- ``spies.py``: 09.1's two gloo ranks and the steps they run beside the learner's function (where that function lives: the kernel when graded); it reports, the checker judges
 - ``workers/``: the scripts ``torchrun`` starts, one process per rank.
 
 ``__all__`` is what the lesson's notebooks import from here.

@@ -18,6 +18,14 @@ weights, its scale and the loss it returned after every step. The parent replays
 ranks in one process, combining the gradients the right way and in each known wrong way; a learner whose ranks
 match the right replay passes, one that matches a wrong replay is told which, and ranks that disagree are told
 at which step and how.
+
+Where the ranks run. They must be forked from the process where the learner's function lives, so they are
+started by ``spies.run_synced_ranks`` through ``harness.run_beside_learner``: in a notebook that is this
+process, when a class is graded it is the learner's sandboxed kernel, and this checker (in the judge) gets
+back plain data: each rank's status, printed output, weights, scales and returned losses. ``read_report``
+checks its shape and types (anything else fails with a message), a learner's problem inside a rank comes
+back as its message and becomes a failed result here, and the weights, scales and losses pass only when
+they equal the replay this process computes itself.
 """
 
 from __future__ import annotations
@@ -27,148 +35,46 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from amp_lessons.checks.harness import (
     NOT_DONE,
-    LearnerProblem,
-    as_number,
-    call_learner,
+    CheckResult,
     checker,
     failed,
     passed,
+    run_beside_learner,
 )
 from amp_lessons.checks.mistakes import first_mistake, rule
 from amp_lessons.core.display import scale_text
 from amp_lessons.core.environment import dtype_name, one_cpu_thread, probe_autocast
-from amp_lessons.core.models import TinyClassifier, seeded_weights
-from amp_lessons.l09_amp_across_processes.distributed import run_ranks, start_method
+from amp_lessons.l09_amp_across_processes.distributed import RankOutcome, RanksResult, start_method
+from amp_lessons.l09_amp_across_processes.spies import (
+    INIT_SCALE,
+    PLAN,
+    SPIKE_RANK,
+    SPIKE_STEP,
+    WORLD,
+    flat_weights,
+    fresh_replica,
+    rank_batch,
+    rank_loss_fn,
+    rank_task,
+    run_synced_ranks,
+    spiked_loss,
+)
 
-WORLD = 2
-ROWS = 8  # rows per rank and step
-SPIKE_STEP, SPIKE_RANK = 2, 1
-PLAN = (None, None, None, 0.05, None, 0.05)  # max_norm per step: steps 3 and 5 clip
-LOSS_SPIKE = 1e37  # finite, but times any loss scale >= 32 it overflows float32
-INIT_SCALE = 2.0**10
 TASK_TIMEOUT_S = 5.0  # 6 steps take a fraction of a second; forked ranks start in well under one,
 START_TIMEOUT_S = {"fork": 6.0, "spawn": 13.0}  # spawned ones import torch first (the harness stops at 20 s)
 COLLECTIVE_TIMEOUT_S = 4.0
-NAME = "`synced_train_step`"
 
 
 # ------------------------------------------------------------------------------------------ the scenario
+# (the model, the batches and the plan live in ``spies.py``: the ranks run them beside the learner's function)
 
 
 @functools.lru_cache(maxsize=1)
 def _dtype() -> torch.dtype:
     return torch.float16 if probe_autocast(torch.device("cpu"), torch.float16)[0] else torch.bfloat16
-
-
-class MinimalSGD:
-    """Plain SGD (``p -= lr * p.grad``, what ``torch.optim.SGD(lr=...)`` does without momentum) with the
-    interface a training step uses: ``param_groups``, ``zero_grad``, ``step``; GradScaler accepts it.
-
-    Why not ``torch.optim.SGD``: building the first torch.optim optimizer in a process imports
-    ``torch._dynamo``, several seconds in each freshly spawned rank (macOS, Windows), which would eat the
-    check's time budget before the learner's code even runs. SGD, not Adam, because a summed gradient
-    must show up as a doubled step (Adam is scale-invariant and would hide it).
-    """
-
-    def __init__(self, params, lr: float):
-        self.param_groups = [{"params": list(params), "lr": lr}]
-        self.state = {}
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                if set_to_none:
-                    p.grad = None
-                elif p.grad is not None:
-                    p.grad.detach_().zero_()
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=-group["lr"])
-
-
-def _fresh():
-    with seeded_weights(3):
-        model = TinyClassifier(in_features=6, hidden=16, classes=4)
-    optimizer = MinimalSGD(model.parameters(), lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_interval=3)
-    return model, optimizer, scaler
-
-
-def _batch(step: int, rank: int):
-    generator = torch.Generator().manual_seed(500 + step)
-    inputs = torch.randn(WORLD * ROWS, 6, generator=generator)
-    targets = torch.randint(0, 4, (WORLD * ROWS,), generator=generator)
-    inputs[ROWS:] *= 3.0  # rank 1's rows: larger gradients, so the ranks' own norms differ
-    return inputs.chunk(WORLD)[rank].clone(), targets.chunk(WORLD)[rank].clone()
-
-
-def spiked_loss(outputs, targets):
-    """Rank 1's loss at the spike step: finite (about 1e37), inf once the scaler multiplies it."""
-    return nn.functional.cross_entropy(outputs, targets) * LOSS_SPIKE
-
-
-def _loss_fn(step: int, rank: int):
-    return spiked_loss if (step == SPIKE_STEP and rank == SPIKE_RANK) else nn.functional.cross_entropy
-
-
-def _flat(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
-
-
-def _returned(value):
-    """The learner's return value as a float, or the message saying what it was instead."""
-    try:
-        return as_number(
-            value,
-            f"{NAME} returned",
-            "return the loss averaged over ranks (a number or a one-element tensor)",
-        )
-    except LearnerProblem as problem:
-        return problem.result.message
-
-
-def warm_up() -> None:
-    """Run in each rank before it reports ready: a first autocast step sets up what a spawned process has
-    not loaded yet, so the deadline for the learner's steps measures only their steps."""
-    model, optimizer, scaler = _fresh()
-    with torch.autocast("cpu", dtype=_dtype()):
-        loss = model(torch.zeros(2, 6)).float().sum()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def rank_task(rank: int, world: int, fn, dtype) -> dict:
-    """What each of the 2 processes runs: 6 steps of the learner's function, recording after each."""
-    model, optimizer, scaler = _fresh()
-    records = []
-    for step, max_norm in enumerate(PLAN):
-        inputs, targets = _batch(step, rank)
-        try:
-            value = call_learner(
-                fn,
-                model,
-                optimizer,
-                scaler,
-                _loss_fn(step, rank),
-                inputs,
-                targets,
-                dtype=dtype,
-                max_norm=max_norm,
-                what=NAME,
-            )
-        except LearnerProblem as problem:
-            return {"problem": problem.result, "step": step, "records": records}
-        records.append({"returned": _returned(value), "params": _flat(model), "scale": scaler.get_scale()})
-    return {"records": records}
 
 
 # -------------------------------------------------------------------------------- the replays (models)
@@ -190,16 +96,16 @@ def replay(how: str, dtype: torch.dtype) -> dict:
     """Both ranks' weights, scales and losses after each step when the gradients are combined ``how``:
     "mean" (right), "sum", "twice" (divided by world twice), "rank0" (broadcast from rank 0), "none" (no
     all-reduce), "local_clip" (each rank unscales and clips its own gradients, then they are averaged)."""
-    runs = [_fresh() for _ in range(WORLD)]
+    runs = [fresh_replica() for _ in range(WORLD)]
     out = {"params": [[] for _ in runs], "scale": [[] for _ in runs], "local": [[] for _ in runs], "mean": []}
     with one_cpu_thread():
         for step, max_norm in enumerate(PLAN):
             grads, losses = [], []
             for rank, (model, optimizer, scaler) in enumerate(runs):
                 optimizer.zero_grad(set_to_none=True)
-                inputs, targets = _batch(step, rank)
+                inputs, targets = rank_batch(step, rank)
                 with torch.autocast("cpu", dtype=dtype):
-                    loss = _loss_fn(step, rank)(model(inputs), targets)
+                    loss = rank_loss_fn(step, rank)(model(inputs), targets)
                 scaler.scale(loss).backward()
                 if how == "local_clip" and max_norm is not None:
                     scaler.unscale_(optimizer)
@@ -215,7 +121,7 @@ def replay(how: str, dtype: torch.dtype) -> dict:
                 scaler.step(optimizer)
                 scaler.update()
             for rank, (model, _, scaler) in enumerate(runs):
-                out["params"][rank].append(_flat(model))
+                out["params"][rank].append(flat_weights(model))
                 out["scale"][rank].append(scaler.get_scale())
                 out["local"][rank].append(losses[rank])
             out["mean"].append(sum(losses) / WORLD)
@@ -297,7 +203,7 @@ class Seen:
 
 @functools.lru_cache(maxsize=1)
 def _initial_weights() -> torch.Tensor:
-    return _flat(_fresh()[0])
+    return flat_weights(fresh_replica()[0])
 
 
 def _never_moved(seen: Seen) -> list:
@@ -521,6 +427,143 @@ LOSS_RULES = (
 )
 
 
+# ------------------------------------------------------------------------------- the ranks' report, read
+
+
+STATUSES = ("ok", "error", "timeout", "not started", "crashed")
+METHODS = ("fork", "spawn", "forkserver")
+TEXT_LIMIT = 8000  # a rank's printed output and errors are cut at 4,000 characters each where they start
+
+
+class UnreadableReport(Exception):
+    """The ranks' report is not what ``spies.run_synced_ranks`` sends (the course code was changed where the
+    ranks ran): the check says so and fails, it never guesses."""
+
+
+def _text(value, what: str) -> str:
+    if type(value) is not str:
+        raise UnreadableReport(f"{what} is a {type(value).__name__}, not a string")
+    return value[:TEXT_LIMIT]
+
+
+def _real(value, what: str) -> float:
+    if type(value) not in (int, float):  # (not a bool: type() is exact)
+        raise UnreadableReport(f"{what} is a {type(value).__name__}, not a number")
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float
+        raise UnreadableReport(f"{what} is too large a number") from None
+
+
+def _weights(value, what: str) -> torch.Tensor:
+    """A rank's flat weights after a step: a plain CPU float tensor of the model's size, copied."""
+    size = _initial_weights().numel()
+    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        raise UnreadableReport(f"{what} is a {type(value).__name__}, not a tensor")
+    tensor = value.detach()
+    if (
+        type(tensor) is not torch.Tensor
+        or tensor.layout != torch.strided
+        or tensor.device.type != "cpu"
+        or not tensor.is_floating_point()
+        or tuple(tensor.shape) != (size,)
+    ):
+        raise UnreadableReport(f"{what} is not a flat vector of the model's {size} weights")
+    return tensor.clone()
+
+
+def _record(value, what: str) -> dict:
+    if type(value) is not dict:
+        raise UnreadableReport(f"{what} is a {type(value).__name__}, not a record")
+    returned = value.get("returned")
+    return {
+        "returned": returned[:TEXT_LIMIT] if type(returned) is str else _real(returned, f"{what}'s loss"),
+        "params": _weights(value.get("params"), f"{what}'s weights"),
+        "scale": _real(value.get("scale"), f"{what}'s scale"),
+    }
+
+
+def _rank_value(value, what: str) -> dict:
+    """What a rank that finished sent: its records, and the learner's problem as a result that never passes."""
+    if type(value) is not dict or type(value.get("records")) is not list:
+        raise UnreadableReport(f"{what} sent no list of records")
+    if len(value["records"]) > len(PLAN):
+        raise UnreadableReport(f"{what} sent {len(value['records'])} records for {len(PLAN)} steps")
+    records = [_record(record, f"{what}, step {step}") for step, record in enumerate(value["records"])]
+    if "problem" in value:  # the learner's function raised, was a stub or could not be called
+        message = _text(value["problem"], f"{what}'s problem")
+        if value.get("status") == NOT_DONE:
+            return {"problem": CheckResult(False, message, NOT_DONE), "records": records}
+        return {"problem": failed(message), "records": records}
+    if len(records) != len(PLAN):
+        raise UnreadableReport(f"{what} sent {len(records)} records for {len(PLAN)} steps")
+    return {"records": records}
+
+
+def _outcome(value, rank: int) -> RankOutcome:
+    what = f"rank {rank}"
+    if type(value) is not dict or type(value.get("rank")) is not int or value["rank"] != rank:
+        raise UnreadableReport(f"{what}'s entry is not rank {rank}'s")
+    status = value.get("status")
+    if type(status) is not str or status not in STATUSES:
+        raise UnreadableReport(f"{what}'s status is not one a rank ends with")
+    return RankOutcome(
+        rank,
+        status,
+        _rank_value(value.get("value"), what) if status == "ok" else None,
+        _text(value.get("error"), f"{what}'s error"),
+        _text(value.get("output"), f"{what}'s output"),
+        _real(value.get("seconds"), f"{what}'s time"),
+    )
+
+
+def read_report(report) -> RanksResult:
+    """The ranks' report (plain data from ``spies.run_synced_ranks``, wherever it ran) as the
+    :class:`RanksResult` the rules read; raises :class:`UnreadableReport` on anything else.
+
+    When a class is graded the report comes from the learner's kernel, so it is a *claim*: reading it only
+    makes sure it has the shape, types and sizes the rules need (junk fails with a message, it never
+    crashes the checker); the rules then accept the weights only where they equal the replay this process
+    computes itself."""
+    if type(report) is not dict:
+        raise UnreadableReport(f"it is a {type(report).__name__}, not a dict")
+    ranks = report.get("ranks")
+    if type(ranks) is not list or len(ranks) != WORLD:
+        raise UnreadableReport(f"it does not hold one entry for each of the {WORLD} ranks")
+    outcomes = [_outcome(value, rank) for rank, value in enumerate(ranks)]
+    method = report.get("method")
+    if type(method) is not str or method not in METHODS:
+        raise UnreadableReport("it does not say how the ranks were started")
+    seconds = _real(report.get("seconds"), "its time")
+    if not 0 <= seconds < 1e6:
+        raise UnreadableReport("its time is not a duration")
+    return RanksResult(outcomes, seconds, method)
+
+
+def run_the_ranks(synced_train_step, dtype: torch.dtype) -> RanksResult:
+    """Run the learner's step on the 2 gloo ranks, started where the learner's function lives (this process
+    in a notebook, the sandboxed kernel when graded), and read back what they report."""
+    method = start_method()
+    report = run_beside_learner(
+        synced_train_step,
+        run_synced_ranks,
+        dtype,
+        timeout_s=TASK_TIMEOUT_S,
+        start_timeout_s=START_TIMEOUT_S.get(method, 13.0),
+        collective_timeout_s=COLLECTIVE_TIMEOUT_S,
+        method=method,
+    )
+    return read_report(report)
+
+
+def _unreadable_message(why: UnreadableReport) -> str:
+    return (
+        f"The 2 ranks' report could not be read ({why}): it is not what this check's ranks send. Was lesson "
+        "09's course code (amp_lessons.l09_amp_across_processes) changed in this kernel? Restart the kernel, "
+        "run your cells again, then this check."
+    )
+
+
 # ---------------------------------------------------------------------------------------------- the check
 
 
@@ -634,23 +677,34 @@ def _details(seen: Seen) -> list:
     return lines
 
 
+def _first_wrong_scale(seen: Seen):
+    """(rank, step) where the loss scale differs from the scale of a correct step, else None."""
+    right = seen.replay("mean")["scale"]
+    return next(
+        ((r, s) for s in range(len(PLAN)) for r in range(WORLD) if seen.scales[r][s] != right[r][s]), None
+    )
+
+
+def _wrong_scale_message(seen: Seen) -> str:
+    rank, step = _first_wrong_scale(seen)
+    right = seen.replay("mean")["scale"][rank][step]
+    return (
+        f"The weights and the returned losses are right, but after step {step} rank {rank}'s loss scale is "
+        f"{scale_text(seen.scales[rank][step])} instead of {scale_text(right)}. Let the GradScaler manage it: "
+        "call scaler.update() once per step, after scaler.step(optimizer), with no new_scale, on every rank "
+        "(it backs off after a skipped step and grows after growth_interval good ones)."
+    )
+
+
 @checker("09.1 synced AMP step")
 def check_synced_train_step(synced_train_step):
     """Run the learner's step on 2 gloo processes for 6 steps; compare with the right and wrong replays."""
     dtype = _dtype()
-    replay("mean", dtype)  # needed anyway; forked ranks also inherit what it set up
-    method = start_method()
-    result = run_ranks(
-        rank_task,
-        synced_train_step,
-        dtype,
-        world_size=WORLD,
-        timeout_s=TASK_TIMEOUT_S,
-        start_timeout_s=START_TIMEOUT_S.get(method, 13.0),
-        collective_timeout_s=COLLECTIVE_TIMEOUT_S,
-        prepare=warm_up,
-        method=method,
-    )
+    replay("mean", dtype)  # needed anyway; in a notebook the forked ranks also inherit what it set up
+    try:
+        result = run_the_ranks(synced_train_step, dtype)
+    except UnreadableReport as why:
+        return failed(_unreadable_message(why))
     problem = _outcome_problem(result)
     if problem is not None:
         return problem
@@ -679,6 +733,8 @@ def check_synced_train_step(synced_train_step):
             "mean of the ranks' losses, the same number on every rank).",
             _details(seen),
         )
+    if _first_wrong_scale(seen) is not None:
+        return failed(_wrong_scale_message(seen), _details(seen))
     return passed(
         f"Both ranks stayed identical for {len(PLAN)} {dtype_name(dtype)} steps on 2 gloo processes, equal "
         f"to averaging the gradients before the scaler looks at them: at step {SPIKE_STEP}, where only rank "
@@ -689,4 +745,4 @@ def check_synced_train_step(synced_train_step):
     )
 
 
-__all__ = ["check_synced_train_step", "rank_task", "replay", "spiked_loss"]
+__all__ = ["check_synced_train_step", "rank_task", "read_report", "replay", "run_the_ranks", "spiked_loss"]

@@ -353,7 +353,7 @@ def test_wrong_steps_are_named(fn, rule, words):
 def test_each_rule_recognises_its_mistake(fn, rule, words):
     """The diagnosis comes from the named rule in the tables (observations first, then replays)."""
     dtype = l09._dtype()
-    result = l09.run_ranks(l09.rank_task, fn, dtype, timeout_s=l09.TASK_TIMEOUT_S)
+    result = l09.run_the_ranks(fn, dtype)
     seen = l09._seen(result, dtype)
     found = [first_mistake(rules, seen) for rules in (l09.RANK_RULES, l09.TRAJECTORY_RULES, l09.LOSS_RULES)]
     assert next(m.name for m in found if m is not None) == rule
@@ -368,7 +368,7 @@ def test_every_rule_has_a_wrong_answer_that_triggers_it():
 def test_right_replay_is_what_the_solution_does():
     """The replay the check trusts matches the real 2-process run of the solution exactly."""
     dtype = l09._dtype()
-    result = l09.run_ranks(l09.rank_task, solution(LESSON, "synced_train_step"), dtype)
+    result = l09.run_the_ranks(solution(LESSON, "synced_train_step"), dtype)
     seen = l09._seen(result, dtype)
     assert seen.like("mean") and not seen.like("sum") and not seen.like("local_clip")
     assert seen.skipped(0, l09.SPIKE_STEP) and seen.skipped(1, l09.SPIKE_STEP)
