@@ -35,3 +35,24 @@ def pytest_report_header(config):
         f"amp_lessons tests: torch {torch.__version__}, "
         f"device override {os.environ.get('AMP_LESSONS_DEVICE', '-')}"
     )
+
+
+# The files whose tests take a minute or more each (grading runs, a hub, a site build, JupyterLab in a
+# browser), longest first. They start the run: under pytest-xdist the two workers then share out the many
+# short tests at the end instead of one worker finishing a long test alone while the other waits.
+LONG_FIRST = (
+    "tests/tools/test_grade_attacks.py",
+    "tests/deploy/test_hub.py",
+    "tests/tools/test_nbgrader_attacks.py",
+    "tests/course/test_site.py",
+    "tests/tools/test_workshop.py",
+    "tests/course/test_browser.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the order inside each file and among the other files is kept
