@@ -8,6 +8,8 @@ The lesson's files (notebook ``notebooks/06_checkpoint_and_rollback.ipynb``, exe
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``resume.py``: put a checkpoint back into a live run, safely, and prove the resume is bit for bit.
 - ``rollback.py``: decide when a run must roll back to its last good checkpoint, and keep the case that caused it.
+- ``spies.py``: 06.1's saves under the file-call recorder and the injected faults, reported as plain data (runs
+  where the learner's code runs)
 
 ``__all__`` is what the lesson's notebooks import from here.
 """

@@ -7,9 +7,17 @@ How the checks stay honest:
 - the folder holds a few pre-existing files (notes, an older checkpoint, ``tmp.pt``) that a save must not
   modify or delete;
 - atomicity is tested the way it matters: a second save runs while ``torch.save`` fails halfway (it writes
-  part of the bytes, then raises "no space left on device"); the previous checkpoint must come out intact.
-  Calls to ``torch.save`` and ``os.replace``/``os.rename`` are also recorded, to name *how* a write was not
-  atomic (straight into ``path``, or a temporary file in another folder);
+  part of the bytes, then raises "no space left on device"), a third while the process "dies" right before
+  the final rename; the previous checkpoint must come out of both intact. Calls to ``torch.save`` and
+  ``os.replace``/``os.rename`` are also recorded, to name *how* a write was not atomic (straight into
+  ``path``, or a temporary file in another folder);
+- 06.1's saves, recorder and faults run beside the learner's function (``spies.save_under_faults``: in this
+  process in a notebook, in the learner's sandboxed kernel when a class is graded), which reports the folder
+  listings with the files' bytes, the recorded calls and how each call ended. This module judges that report
+  and trusts nothing in it that a correct atomic save could not have produced: the folder before the first
+  save is its own :data:`SENTINELS`, each later "before" must be the previous "after", the checkpoint's bytes
+  are loaded here (``weights_only=True``) and compared by value with copies of the state it handed over and
+  the RNG state of the seed it chose, and after each fault ``path`` must hold those very bytes;
 - resume is judged bitwise: a loop that draws random numbers from Python (shuffling), NumPy (input noise)
   and torch (dropout) runs 6 steps, saves, runs 6 more; fresh objects with different seeds load the copy of
   the file and run the same 6 steps; parameters and losses must be ``torch.equal``. Each part that did not
@@ -25,36 +33,42 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from amp_lessons.checks.harness import (
+    FAILED,
+    NOT_DONE,
+    CheckResult,
     LearnerProblem,
     as_number,
     call_learner,
     checker,
     describe_exception,
     failed,
-    not_done,
     passed,
+    run_beside_learner,
+    stop,
 )
 from amp_lessons.checks.mistakes import first_mistake, name_mistake, rule
 from amp_lessons.core.environment import seed_everything
 from amp_lessons.l06_checkpoint_and_rollback.checkpoint import (
-    SimulatedCrash,
-    SimulatedDiskFull,
     capture_rng,
     load_error_line,
     preserved_rng,
     recorded_file_calls,
-    simulated_crash_before_move,
-    simulated_failed_write,
 )
 from amp_lessons.l06_checkpoint_and_rollback.resume import probe_config, probe_dtype, probe_run, probe_steps
+from amp_lessons.l06_checkpoint_and_rollback.spies import (
+    CHECKPOINT_NAME,
+    TRIALS,
+    save_under_faults,
+    scratch_folder,
+)
 
 STEPS_BEFORE = 6
 STEPS_AFTER = 6
@@ -73,36 +87,9 @@ _dtype, _config, _fresh, _run = probe_dtype, probe_config, probe_run, probe_step
 # ------------------------------------------------------------------------------------------- scaffolding
 
 
-@contextlib.contextmanager
 def _scratch():
-    """A fresh folder with the learner-like files in it, and an empty current directory; both go after."""
-    folder = tempfile.mkdtemp(prefix="amp_lessons_check06_")
-    elsewhere = tempfile.mkdtemp(prefix="amp_lessons_check06_cwd_")
-    previous = os.getcwd()
-    for name, data in SENTINELS.items():
-        with open(os.path.join(folder, name), "wb") as handle:
-            handle.write(data)
-    try:
-        os.chdir(elsewhere)
-        yield folder, elsewhere
-    finally:
-        os.chdir(previous)
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(elsewhere, ignore_errors=True)
-
-
-def _listing(folder: str) -> dict:
-    out = {}
-    if not os.path.isdir(folder):
-        return out
-    for name in sorted(os.listdir(folder)):
-        full = os.path.join(folder, name)
-        if os.path.isfile(full):
-            with open(full, "rb") as handle:
-                out[name] = handle.read()
-        else:
-            out[name] = None
-    return out
+    """A fresh folder holding :data:`SENTINELS` and an empty current directory (``spies.scratch_folder``)."""
+    return scratch_folder(SENTINELS)
 
 
 # ------------------------------------------------------------------------------------------------ 06.1
@@ -302,9 +289,11 @@ WEIGHTS_ONLY_HINTS = (
 )
 
 
-def _weights_only_problem(path):
+def _weights_only_problem(data: bytes):
+    """Why torch.load(weights_only=True) refuses the checkpoint's bytes (loaded here, in the checker's own
+    process, never with weights_only=False), or None."""
     try:
-        torch.load(path, map_location="cpu", weights_only=True)
+        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:
         detail = load_error_line(exc)
         hint = name_mistake(WEIGHTS_ONLY_HINTS, detail) or ""
@@ -564,17 +553,13 @@ CONTENT_MISTAKES = (
 )
 
 
-def _content_problem(path, model, optimizer, scaler, config, rng):
-    """The first part the saved file lacks (by value), with every other missing part named; None if complete."""
-    payload = read_any_payload(path)
-    content = ContentSeen(
-        payload,
-        _params(model),
-        copy.deepcopy(optimizer.state_dict()),
-        dict(scaler.state_dict()),
-        config,
-        rng,
-    )
+def _content_problem(data: bytes, expected: dict):
+    """The first part the saved bytes lack (by value), with every other missing part named; None if complete.
+
+    ``expected`` is what the checker handed over, snapshotted before the save ran (see
+    :func:`_what_the_file_must_hold`); the bytes are loaded here with ``weights_only=True``."""
+    payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    content = ContentSeen(payload, **expected)
     missing = [mistake for mistake in CONTENT_MISTAKES if mistake.matches(content)]
     if not missing:
         return None
@@ -584,78 +569,208 @@ def _content_problem(path, model, optimizer, scaler, config, rng):
     return failed(text)
 
 
-def _call_failing_save(
-    save_checkpoint, args, failure=simulated_failed_write, error=SimulatedDiskFull
-) -> tuple[str, str]:
-    """Call the learner's save while ``failure()`` makes it fail (by default torch.save halfway, with
-    ``error``): ``(outcome, error text)`` for :class:`SaveSeen`."""
-    try:
-        with failure():
-            save_checkpoint(*args)
-    except NotImplementedError:
-        raise LearnerProblem(not_done("`save_checkpoint`")) from None
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:
-        seen, link = set(), exc
-        while link is not None and id(link) not in seen:
-            if isinstance(link, error):
-                return "raised", ""
-            seen.add(id(link))
-            link = link.__cause__ or link.__context__
-        return "other", describe_exception(exc)
-    return "returned", ""
+# The save's RNG seed: spies.save_under_faults seeds every generator with it right before the first save, so the
+# checker knows the state the file must hold without asking the learner's process.
+SAVE_SEED = 606
+SAVE_STEPS = 3
+
+_UNREADABLE = (
+    "The check could not read the report of what your save_checkpoint did ({what}). The report is made by the "
+    "course's own code next to your function (amp_lessons.l06_checkpoint_and_rollback.spies); something in "
+    "your notebook changed it, or the course's modules. Restart the kernel, run your cells without changing "
+    "amp_lessons, then run this check again."
+)
+
+
+def _unreadable(what: str):
+    stop(_UNREADABLE.format(what=what))
+
+
+def _text(value, what: str) -> str:
+    if type(value) is not str:
+        _unreadable(f"{what} is not a text")
+    return value
+
+
+def _texts(value, what: str, none_allowed: bool = False) -> list:
+    if type(value) not in (list, tuple):
+        _unreadable(f"{what} is not a list")
+    return [item if item is None and none_allowed else _text(item, f"an entry of {what}") for item in value]
+
+
+def _file_bytes(value, what: str):
+    """A file of a reported listing: a one-dimensional uint8 tensor back to bytes (None stays a folder)."""
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.uint8 or value.dim() != 1:
+        _unreadable(f"{what} is not a file's bytes")
+    return bytes(value.as_subclass(torch.Tensor).detach().cpu().contiguous().numpy().tobytes())
+
+
+def _files(value, what: str) -> dict:
+    if type(value) is not dict:
+        _unreadable(f"{what} is not a folder listing")
+    return {
+        _text(name, f"a name in {what}"): _file_bytes(data, f"{what}[{name!r}]")
+        for name, data in value.items()
+    }
+
+
+def _problem(value):
+    """The learner's code stopped the check in their process (not done, an error, a wrong signature): the
+    same result here. Never a pass: a report can only take points away."""
+    if value is None:
+        return None
+    if type(value) is not dict:
+        _unreadable("a problem is not a dict")
+    status, message = value.get("status"), _text(value.get("message"), "a problem's message")
+    return CheckResult(False, message, NOT_DONE if status == NOT_DONE else FAILED)
+
+
+def _trials(report) -> tuple:
+    """The report's ``(path, trials)``, each trial checked to be made of the data a real report holds."""
+    if type(report) is not dict or type(report.get("trials")) not in (list, tuple):
+        _unreadable("it is not the dict save_under_faults returns")
+    path = _text(report.get("path"), "the checkpoint's path")
+    folder = _text(report.get("folder"), "the scratch folder")
+    if not os.path.isabs(folder) or path != os.path.join(folder, CHECKPOINT_NAME):
+        _unreadable("the checkpoint's path is not run.ckpt in the scratch folder")
+    trials = list(report["trials"])
+    if not trials or len(trials) > len(TRIALS):
+        _unreadable(f"{len(trials)} trials instead of up to {len(TRIALS)}")
+    read = []
+    for index, trial in enumerate(trials):
+        if type(trial) is not dict or trial.get("name") != TRIALS[index]:
+            _unreadable(f"trial {index + 1} is not the {TRIALS[index]!r} trial")
+        moves = trial.get("moves")
+        if type(moves) not in (list, tuple) or not all(
+            type(m) in (list, tuple) and len(m) == 2 for m in moves
+        ):
+            _unreadable("the recorded moves are not (source, destination) pairs")
+        entry = {
+            "before": _files(trial.get("before"), "the folder before the save"),
+            "after": _files(trial.get("after"), "the folder after the save"),
+            "in_cwd": _texts(trial.get("in_cwd"), "the current directory"),
+            "saves": _texts(trial.get("saves"), "the torch.save targets", none_allowed=True),
+            "moves": [tuple(_texts(move, "a move")) for move in moves],
+            "movers": _texts(trial.get("movers"), "the movers"),
+            "removes": _texts(trial.get("removes"), "the removes", none_allowed=True),
+            "outcome": _text(trial.get("outcome"), "the outcome"),
+            "error": _text(trial.get("error"), "the error"),
+            "problem": _problem(trial.get("problem")),
+        }
+        if len(entry["movers"]) != len(entry["moves"]):
+            _unreadable("one mover per move")
+        expected_outcomes = ("",) if index == 0 else ("raised", "returned", "other")
+        if entry["problem"] is None and entry["outcome"] not in expected_outcomes:
+            _unreadable(f"the {TRIALS[index]!r} trial ended with {entry['outcome']!r}")
+        if entry["problem"] is not None and index != len(trials) - 1:
+            _unreadable("trials went on after the check was stopped")
+        read.append(entry)
+    return path, read
+
+
+def _what_the_file_must_hold(model, optimizer, scaler, config: dict) -> dict:
+    """The parts of a complete checkpoint as they are when the save is called (copies: whatever the save does
+    to the objects, or whatever a graded run sends back for them, does not move what is expected), and the
+    RNG state every generator has right after ``seed_everything(SAVE_SEED)``."""
+    with preserved_rng():
+        seed_everything(SAVE_SEED)
+        rng = capture_rng()
+    return {
+        "model": _params(model),
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+        "scaler": dict(scaler.state_dict()),
+        "config": dict(config),
+        "rng": rng,
+    }
 
 
 @checker("06.1 save_checkpoint: atomic, complete file")
 def check_save_checkpoint(save_checkpoint):
-    """``save_checkpoint(path, model, optimizer, scaler, step, config)``: atomic, only its own file."""
-    with preserved_rng(), _scratch() as (folder, cwd):
-        model, optimizer, scaler = _fresh(0)
-        _run(model, optimizer, scaler, 3)
-        path = os.path.join(folder, "run.ckpt")
-        before = _listing(folder)
-        rng = capture_rng()
-        with recorded_file_calls() as calls:
-            call_learner(save_checkpoint, path, model, optimizer, scaler, 3, _config())
-        seen = SaveSeen(
-            path,
-            before,
-            _listing(folder),
-            sorted(os.listdir(cwd)),
-            calls.saves,
-            calls.moves,
-            movers=calls.movers,
-        )
-        mistake = first_mistake(SAVE_MISTAKES, seen)
-        if mistake:
-            return failed(mistake.text(seen))
-        problem = _weights_only_problem(path)
-        if problem is not None:
-            return problem
-        complete = _content_problem(path, model, optimizer, scaler, _config(), rng)
+    """``save_checkpoint(path, model, optimizer, scaler, step, config)``: atomic, only its own file.
 
-        # Two failures: torch.save writes part of the bytes, then fails like a full disk; the process dies
-        # right before the final rename. The previous checkpoint must come out of both intact.
-        failures = (
-            (simulated_failed_write, SimulatedDiskFull, INTERRUPTED_SAVE_MISTAKES),
-            (simulated_crash_before_move, SimulatedCrash, CRASH_BEFORE_MOVE_MISTAKES),
+    The saves run beside the learner's function (``spies.save_under_faults``: in this process in a notebook,
+    in the learner's sandboxed kernel when a class is graded); here the report becomes ``SaveSeen`` records
+    for the rule tables. The report is a claim of the learner's process, so nothing in it is taken on trust
+    that a correct atomic save would not produce: the folder before the first save is the checker's own
+    :data:`SENTINELS`, each later "before" must be the previous "after", and the checkpoint's bytes are loaded
+    here and compared with the state the checker handed over; after each fault they must be those very bytes.
+    """
+    with preserved_rng():
+        seed_everything(SAVE_SEED)
+        model, optimizer, scaler = _fresh(0)
+        _run(model, optimizer, scaler, SAVE_STEPS)
+        expected = _what_the_file_must_hold(model, optimizer, scaler, _config())
+        report = run_beside_learner(
+            save_checkpoint,
+            save_under_faults,
+            model,
+            optimizer,
+            scaler,
+            _config(),
+            dict(SENTINELS),
+            SAVE_SEED,
         )
-        for failure, error, rules in failures:
-            previous = _listing(folder)
-            with recorded_file_calls() as failing_calls:
-                outcome, text = _call_failing_save(
-                    save_checkpoint, (path, model, optimizer, scaler, 4, _config()), failure, error
-                )
-            interrupted = SaveSeen(
-                path, previous, _listing(folder), outcome=outcome, error=text, removes=failing_calls.removes
-            )
-            mistake = first_mistake(rules, interrupted)
-            if mistake:
-                return failed(mistake.text(interrupted))
+    path, trials = _trials(report)
+    first = trials[0]
+    if first["before"] != SENTINELS:
+        _unreadable("the folder did not hold the check's files before the first save")
+    if first["problem"] is not None:
+        return first["problem"]
+    seen = SaveSeen(
+        path,
+        SENTINELS,
+        first["after"],
+        first["in_cwd"],
+        first["saves"],
+        first["moves"],
+        movers=first["movers"],
+    )
+    mistake = first_mistake(SAVE_MISTAKES, seen)
+    if mistake:
+        return failed(mistake.text(seen))
+    saved = seen.after[seen.name]
+    if saved is None:
+        return failed(
+            "After save_checkpoint(path, ...) `path` is a folder, not a file: write the checkpoint file itself "
+            "at `path` (a temporary file next to it, then os.replace(temporary, path))."
+        )
+    problem = _weights_only_problem(saved)
+    if problem is not None:
+        return problem
+    complete = _content_problem(saved, expected)
+
+    # Two failures: torch.save writes part of the bytes, then fails like a full disk; the process dies right
+    # before the final rename. The previous checkpoint must come out of both intact.
+    previous = seen.after
+    for trial, rules in zip(trials[1:], (INTERRUPTED_SAVE_MISTAKES, CRASH_BEFORE_MOVE_MISTAKES)):
+        if trial["before"] != previous:
+            _unreadable("the folder before a save is not the folder after the one before")
+        if trial["problem"] is not None:
+            return trial["problem"]
+        interrupted = SaveSeen(
+            path,
+            previous,
+            trial["after"],
+            trial["in_cwd"],
+            outcome=trial["outcome"],
+            error=trial["error"],
+            removes=trial["removes"],
+        )
+        mistake = first_mistake(rules, interrupted) or first_mistake(_ANY_SAVE_MISTAKES, interrupted)
+        if mistake:
+            return failed(mistake.text(interrupted))
+        previous = interrupted.after
+    if len(trials) != len(TRIALS):
+        _unreadable(f"{len(trials)} trials instead of {len(TRIALS)}")
     if complete is not None:
         return complete
     return passed(_save_passed_message(seen.arrived_by))
+
+
+# Also true of the interrupted saves: the current directory stays empty and the other files stay as they were.
+_ANY_SAVE_MISTAKES = (wrote_into_the_current_directory, touched_other_files)
 
 
 def _save_passed_message(mover: str) -> str:
