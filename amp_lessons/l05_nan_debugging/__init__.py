@@ -9,6 +9,8 @@ The lesson's files (notebook ``notebooks/05_nan_debugging.ipynb``, exercise ``so
 - ``hints.json``: three hints per exercise, as data (``amp_lessons.core.hints.hint``)
 - ``quiz.json``: the end-of-lesson quiz, as data (``amp_lessons.core.quiz.lesson_quiz``)
 - ``skipped_updates.py``: read skipped updates from GradScaler's scale history — how often, and the trend.
+- ``spies.py``: what runs beside the learner's ``texture_forward`` when 05.2 is checked (the op trace it records).
+- ``trace.py``: the op recorder and its replay: 05.2's checker judges only what it recomputed itself.
 
 ``__all__`` is what the lesson's notebooks import from here.
 """

@@ -13,10 +13,21 @@ Each names the mistake with tables of small named rules (``amp_lessons.checks.mi
   and under float16 autocast (``AUTOCAST_MISTAKES``: which op ran in which dtype, finite, close to FP32),
   runs one real training step through it, then once more on a pretend GPU (``GPU_MISTAKES``): an autocast
   switched off for a hard-coded "cpu" leaves CUDA's autocast on.
+
+05.2 never trusts a record of the learner's process. Each call of the forward is TRACED beside it
+(``spies.trace_texture_forward``: every op, its inputs, grad mode and autocast state, its results) and the
+trace is REPLAYED here on the checker's own ``x`` and parameters (``trace.replay``), each recorded value
+compared with the checker's own; the rules read the replay, and the training step and ``autograd.grad`` run
+through it. When graded, the forward runs in the sandboxed kernel and only the trace comes back: a made-up
+trace passes only if it is, op by op, the right mixed-precision forward. What stays a claim of the learner's
+process: the pretend-GPU run (the kernel can undo the pretence), whether autocast was left on or switched off
+for the caller after the call, and which autocasts were entered (these only ever word a failure).
 """
 
 from __future__ import annotations
 
+import copy
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,10 +35,30 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from amp_lessons.checks.harness import FAILED, LearnerProblem, call_learner, checker, failed, passed, stop
+from amp_lessons.checks.harness import (
+    FAILED,
+    NOT_DONE,
+    CheckResult,
+    LearnerProblem,
+    call_learner,
+    checker,
+    failed,
+    not_done,
+    passed,
+    run_beside_learner,
+    stop,
+)
 from amp_lessons.checks.mistakes import Mistake, first_mistake, rule
-from amp_lessons.core.autocast_state import OpDtypeRecorder, autocast_enabled
+from amp_lessons.core.autocast_state import (
+    MATMUL_LIKE,
+    OpCall,
+    OpDtypeRecorder,
+    autocast_enabled,
+    float_tensors,
+)
+from amp_lessons.core.environment import dtype_name
 from amp_lessons.l05_nan_debugging import cases as cases
+from amp_lessons.l05_nan_debugging import spies, trace
 from amp_lessons.l05_nan_debugging.debugging import find_first_nonfinite, global_hook_count, hook_count
 
 DTYPE = torch.float16  # the autocast dtype every 05.1 case is run in
@@ -537,14 +568,15 @@ _FLOAT64_MESSAGE = (
 )
 
 
-def _learner_error(problem: LearnerProblem, recorder) -> None:
-    """Say what an error inside the learner's forward most likely means (changes the message in place)."""
+def _learner_error(problem: LearnerProblem, matmul_dtypes: list) -> None:
+    """Say what an error inside the learner's forward most likely means (changes the message in place).
+    ``matmul_dtypes``: the dtypes the forward's matrix products produced before it stopped."""
     message = problem.result.message
     if problem.result.status != FAILED:
         return
-    if any(c.output_dtype == "bfloat16" for c in recorder.matmuls):
+    if "bfloat16" in matmul_dtypes:
         problem.result.message = _BF16_MESSAGE + "\n(" + message + ")"
-    elif any(c.output_dtype == "float64" for c in recorder.matmuls):
+    elif "float64" in matmul_dtypes:
         problem.result.message = _FLOAT64_MESSAGE + "\n(" + message + ")"
     elif "dtype" in message.lower():
         problem.result.message = (
@@ -553,26 +585,173 @@ def _learner_error(problem: LearnerProblem, recorder) -> None:
         )
 
 
-def _run_learner(fn, model, x, *, autocast: bool):
-    """Call the learner's forward, watching op dtypes, the dtypes of `features` / `head` outputs and the
-    autocasts it entered."""
-    module_dtypes = {}
-    handles = [
-        module.register_forward_hook(lambda m, a, out, name=name: module_dtypes.__setitem__(name, out.dtype))
-        for name, module in (("features", model.features), ("head", model.head))
-    ]
-    recorder = OpDtypeRecorder("cpu")
+def _could_not_follow(problem: trace.TraceProblem) -> LearnerProblem:
+    return LearnerProblem(
+        failed(
+            f"Your forward ran something the check could not follow: {problem}. The check runs every op of "
+            "your forward again on its own `x` and parameters; write it with ordinary torch operations on "
+            "`x` and `model`'s layers or parameters, inside the function."
+        )
+    )
+
+
+def _stopped(report: dict) -> LearnerProblem:
+    """The learner's call stopped the check (an error, the stub): the report of it as a failure or "not done",
+    never as anything better. Only a failure's own message is passed on (it describes the learner's error);
+    "not done" is worded here, and any other status (a harness patched in the learner's process) gets a
+    message of the checker's own."""
+    problem = report.get("problem")
+    status = problem.get("status") if isinstance(problem, dict) else None
+    message = str(problem.get("message", ""))[:2000] if isinstance(problem, dict) else ""
+    if status == NOT_DONE:
+        result = not_done("`texture_forward`")
+    elif status == FAILED and message:
+        result = CheckResult(False, message, FAILED)
+    else:
+        result = failed(
+            "Calling `texture_forward` stopped the check (an error, or the stub still raising "
+            "NotImplementedError), and what came back about it cannot be read."
+        )
+    stopped = LearnerProblem(result)
+    dtypes = report.get("matmul_dtypes")
+    _learner_error(stopped, [str(d) for d in dtypes] if isinstance(dtypes, list) else [])
+    return stopped
+
+
+def _leaves(model, x) -> dict:
+    """What a trace may start from: the checker's own ``x`` and the model's parameters, by the names the
+    trace gives them."""
+    leaves = {"x": x.detach().clone()}
+    leaves.update({f"param:{name}": parameter for name, parameter in model.named_parameters()})
+    return leaves
+
+
+def _replayed(data: dict, model, x, *, verify: bool) -> tuple:
+    """Replay a trace on ``model``'s parameters and ``x``: (the replay, the tensor of the returned reference).
+    With ``verify`` every recorded value is compared and the parameters must come out unchanged."""
+    before = [(p.detach().clone(), p.requires_grad) for p in model.parameters()]
     try:
-        with torch.autocast(device_type="cpu", dtype=torch.float16, enabled=autocast):
-            with recorder, cases.watch_autocast() as entered:
-                got = call_learner(fn, model, x.clone(), what="`texture_forward`")
-            still_on = autocast_enabled("cpu")
-    except LearnerProblem as problem:
-        _learner_error(problem, recorder)
-        raise
+        done = trace.replay(data.get("trace"), _leaves(model, x), verify=verify)
     finally:
-        for handle in handles:
-            handle.remove()
+        changed = any(
+            not torch.equal(value, p) or grad != p.requires_grad
+            for (value, grad), p in zip(before, model.parameters())
+        )
+        if changed:
+            for (value, grad), p in zip(before, model.parameters()):
+                p.data = value
+                p.requires_grad_(grad)
+    if changed:
+        raise trace.TraceProblem("it changed the model's parameters in place")
+    result = data.get("result") if isinstance(data.get("result"), dict) else {}
+    ref = result.get("ref")
+    if "value" in result and (type(ref) is not int or ref not in done.tensors):
+        raise trace.TraceProblem("it returned a tensor that no op of your forward produced")
+    return done, done.tensors.get(ref) if "value" in result else None
+
+
+class _Returned:
+    """What the learner's forward returned when it was no plain value and no tensor (only its type's name
+    came back)."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+
+def _returned_value(result: dict, tensor):
+    if tensor is not None:
+        return tensor
+    if "plain" in result and (
+        result["plain"] is None or isinstance(result["plain"], (bool, int, float, str))
+    ):
+        return result["plain"]
+    return _Returned(str(result.get("type", "object"))[:100])
+
+
+def _calls(done) -> list:
+    """The replay's ops as ``OpDtypeRecorder`` records them (every op that produced a floating tensor)."""
+    calls = []
+    for op in done.calls:
+        if isinstance(op.result, torch.Tensor) and op.result.is_floating_point():
+            inputs = tuple(dtype_name(t.dtype) for t in float_tensors((op.args, op.kwargs)))
+            name = getattr(op.func, "__name__", str(op.func))
+            calls.append(
+                OpCall(
+                    name,
+                    inputs,
+                    dtype_name(op.result.dtype),
+                    bool(op.autocast[0]),
+                    trace.finite(op.result),
+                    tuple(op.result.shape),
+                )
+            )
+    return calls
+
+
+def _module_dtypes(done, model) -> dict:
+    """The dtype ``features`` and ``head`` produced: that of the last matrix product that used their weights."""
+    dtypes = {}
+    for name in ("features", "head"):
+        weights = {id(p) for p in getattr(model, name).parameters()}
+        for op in done.calls:
+            uses = any(id(t) in weights for t in float_tensors((op.args, op.kwargs)))
+            if (
+                uses
+                and getattr(op.func, "__name__", "") in MATMUL_LIKE
+                and isinstance(op.result, torch.Tensor)
+            ):
+                dtypes[name] = op.result.dtype
+    return dtypes
+
+
+def _program(data: dict):
+    """The traced forward as a function of (model, x), replayed by the checker on the model's current
+    parameters: what a training step and ``autograd.grad`` run through (the graph is the checker's own)."""
+
+    def forward(model, x):
+        try:
+            return _replayed(data, model, x, verify=False)[1]
+        except trace.TraceProblem as problem:
+            raise _could_not_follow(problem) from None
+
+    return forward
+
+
+def _autocasts(report: dict) -> list:
+    entered = []
+    for item in report.get("entered") or []:
+        if isinstance(item, list) and len(item) == 4:
+            device_type, enabled, dtype, given = item
+            entered.append(
+                cases.Autocast(str(device_type), bool(enabled), getattr(torch, str(dtype), None), given)
+            )
+    return entered
+
+
+def _run_learner(fn, model, x, *, autocast: bool, gpu: bool = False):
+    """Trace the learner's forward beside it (``spies.trace_texture_forward``) and replay the trace here:
+    ``(report, replay, returned value)``; ``None`` for the replay when it raised on the pretend GPU."""
+    report = run_beside_learner(
+        fn, spies.trace_texture_forward, copy.deepcopy(model), x.clone(), autocast=autocast, gpu=gpu
+    )
+    if not isinstance(report, dict):
+        raise _could_not_follow(trace.TraceProblem("no report came back"))
+    if report.get("problem"):
+        raise _stopped(report)
+    if report.get("raised"):
+        if gpu:
+            return report, None, None
+        raise _could_not_follow(trace.TraceProblem("the trace of your forward broke off"))
+    try:
+        done, tensor = _replayed(report, model, x, verify=True)
+        result = report.get("result") if isinstance(report.get("result"), dict) else {}
+        if tensor is not None and not trace.same_values(result.get("value"), tensor):
+            raise trace.TraceProblem("the tensor it returned is not the one its last ops computed")
+    except trace.TraceProblem as problem:
+        raise _could_not_follow(problem) from None
+    still_on = report.get("autocast_after")
+    if gpu:
+        return report, done, _returned_value(result, tensor)
     if still_on and not autocast:
         raise LearnerProblem(
             failed(
@@ -590,7 +769,7 @@ def _run_learner(fn, model, x, *, autocast: bool):
                 "a `with torch.autocast(device_type=..., enabled=False):` block, which restores it on exit."
             )
         )
-    return got, recorder, module_dtypes, entered
+    return report, done, _returned_value(result, tensor)
 
 
 def _gram_call(recorder, batch, channels):
@@ -600,8 +779,9 @@ def _gram_call(recorder, batch, channels):
 
 @dataclass
 class TextureRun:
-    """One call of the learner's forward (facts for the 05.2 rules): its output, the ops it ran, the dtype
-    each of ``features`` and ``head`` returned, and the FP32 reference it must match."""
+    """One call of the learner's forward (facts for the 05.2 rules), as the checker replayed its trace: its
+    output, the ops it ran, the dtype each of ``features`` and ``head`` returned, and the FP32 reference it
+    must match."""
 
     got: object
     recorder: OpDtypeRecorder
@@ -611,6 +791,11 @@ class TextureRun:
     channels: int
     classes: int
     entered: list = field(default_factory=list)  # (device type, enabled) of each autocast the call entered
+    program: Callable | None = None  # the traced forward, replayed by the checker (see ``_program``)
+
+    @property
+    def returned_type(self) -> str:
+        return self.got.type_name if isinstance(self.got, _Returned) else type(self.got).__name__
 
     @property
     def gram(self):
@@ -663,45 +848,39 @@ class TextureRun:
         return 2e-3 * self.reference.abs().max().item() + 1e-2
 
 
-def _observe(texture_forward, model, x, reference, *, autocast: bool) -> TextureRun:
-    got, recorder, module_dtypes, entered = _run_learner(texture_forward, model, x, autocast=autocast)
+def _texture_run(report, done, got, model, x, reference) -> TextureRun:
+    recorder = OpDtypeRecorder("cpu")
+    recorder.calls = _calls(done)
     return TextureRun(
         got,
         recorder,
-        module_dtypes,
+        _module_dtypes(done, model),
         reference,
         x.shape[0],
         model.features[0].out_features,
         model.head.out_features,
-        entered,
+        _autocasts(report),
+        _program(report),
     )
+
+
+def _observe(texture_forward, model, x, reference, *, autocast: bool) -> TextureRun:
+    report, done, got = _run_learner(texture_forward, model, x, autocast=autocast)
+    return _texture_run(report, done, got, model, x, reference)
 
 
 def _observe_on_gpu(texture_forward, model, x, reference) -> TextureRun | None:
     """The learner's forward on a pretend GPU, under an autocast that stands for CUDA's (None when it raised
     there: then nothing is claimed)."""
-    recorder = OpDtypeRecorder("cpu")
-    try:
-        with torch.autocast(device_type="cpu", dtype=torch.float16):  # plays CUDA's autocast
-            with cases.pretend_gpu() as entered, recorder:
-                got = texture_forward(model, x.clone())
-    except Exception:
+    report, done, got = _run_learner(texture_forward, model, x, autocast=True, gpu=True)
+    if done is None:
         return None
-    return TextureRun(
-        got,
-        recorder,
-        {},
-        reference,
-        x.shape[0],
-        model.features[0].out_features,
-        model.head.out_features,
-        entered,
-    )
+    return _texture_run(report, done, got, model, x, reference)
 
 
 def _not_a_tensor_message(run: TextureRun) -> str:
     return (
-        f"texture_forward returned a {type(run.got).__name__}; return the logits tensor "
+        f"texture_forward returned a {run.returned_type}; return the logits tensor "
         "(what `model.head(...)` gives)."
     )
 
@@ -958,9 +1137,39 @@ GPU_MISTAKES = (
 )
 
 
-def _training_step_problem(texture_forward, model, x, y) -> str | None:
-    """4. A real training step through the fixed forward must be finite (None when it is)."""
-    patched = cases.WithForward(model, texture_forward)
+def _held_out_case() -> tuple:
+    """Another TextureNet and batch of the same shapes, drawn afresh for each check and never shown to the
+    learner's code: ``(model, x, FP32 reference)``."""
+    model, x, _ = cases.texture_case(random.SystemRandom().randrange(10_000, 2**31))
+    with torch.no_grad():
+        return model, x, model(x)
+
+
+def _held_out_problem(run: TextureRun, held_out: tuple, *, autocast: bool) -> str | None:
+    """3b. The traced ops, replayed on a model and a batch the learner's code never saw, must still give the
+    right logits (None when they do). A trace is a program: one that computes the logits from ``x`` and the
+    parameters passes on any batch; one that carries values fixed for the check's own batch (a made-up
+    trace, logits typed in as constants) does not. Ten times the usual tolerance, so rounding never decides:
+    a right forward on thousands of random TextureNets stays within 1.6 times it."""
+    model, x, reference = held_out
+    got = run.program(model, x)
+    tolerance = 10 * (2e-3 * reference.abs().max().item() + 1e-2)
+    if isinstance(got, torch.Tensor) and got.shape == reference.shape and trace.finite(got):
+        difference = (got.detach().float() - reference).abs().max().item()
+        if difference <= tolerance and (autocast or got.dtype == torch.float32):
+            return None
+    where = "under float16 autocast" if autocast else "without autocast"
+    return (
+        f"The ops your forward ran {where}, run again by the check on another batch and another TextureNet of "
+        "the same shapes, no longer give that model's logits: your forward must compute the logits from `x` "
+        "and the model's layers, not from values fixed in advance for the check's own batch."
+    )
+
+
+def _training_step_problem(run: TextureRun, model, x, y) -> str | None:
+    """4. A real training step through the fixed forward must be finite (None when it is). It runs through the
+    traced forward replayed here (``run.program``), on the model's own parameters."""
+    patched = cases.WithForward(model, run.program)
     optimizer = torch.optim.SGD(patched.parameters(), lr=1e-4)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
     try:
@@ -974,11 +1183,12 @@ def _training_step_problem(texture_forward, model, x, y) -> str | None:
     return None
 
 
-def _gradient_problem(texture_forward, model, x, y) -> str | None:
-    """5. Gradients must still reach ``features`` (a ``no_grad`` block or ``.detach()`` cuts them)."""
+def _gradient_problem(run: TextureRun, model, x, y) -> str | None:
+    """5. Gradients must still reach ``features`` (a ``no_grad`` block or ``.detach()`` cuts them). ``run`` is
+    the call without autocast; its traced forward is replayed here, so the graph is the checker's own."""
     params = list(model.features.parameters())
     try:
-        loss = F.cross_entropy(texture_forward(model, x).float(), y)
+        loss = F.cross_entropy(run.program(model, x).float(), y)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
     except RuntimeError:
         grads = [None]
@@ -993,18 +1203,29 @@ def _gradient_problem(texture_forward, model, x, y) -> str | None:
 
 @checker("05.2 texture_forward keeps only the Gram product in FP32")
 def check_texture_forward(texture_forward):
-    """The learner's TextureNet forward: finite under FP16 autocast, FP32 only for ``h^T @ h``, same math."""
+    """The learner's TextureNet forward: finite under FP16 autocast, FP32 only for ``h^T @ h``, same math.
+
+    Every call traces the forward beside the learner's code (``spies.trace_texture_forward``) and replays
+    the trace here on the checker's own ``x`` and parameters (``trace.replay``): each fact below is the
+    checker's own computation. The traced ops must also give the right logits on a model and batch the
+    learner's code never saw, so a made-up trace passes only if it is the right forward.
+    """
+    held_out = _held_out_case()
     for seed in (0, 1):
         model, x, y = cases.texture_case(seed)
         with torch.no_grad():
             reference = model(x)
+        runs = {}
         for rules, autocast in ((PLAIN_MISTAKES, False), (AUTOCAST_MISTAKES, True)):
-            run = _observe(texture_forward, model, x, reference, autocast=autocast)
+            run = runs[autocast] = _observe(texture_forward, model, x, reference, autocast=autocast)
             rule = first_mistake(rules, run)
             if rule:
                 return failed(rule.text(run))
-        problem = _training_step_problem(texture_forward, model, x, y) or _gradient_problem(
-            texture_forward, model, x, y
+            problem = _held_out_problem(run, held_out, autocast=autocast)
+            if problem:
+                return failed(problem)
+        problem = _training_step_problem(runs[True], model, x, y) or _gradient_problem(
+            runs[False], model, x, y
         )
         if problem:
             return failed(problem)
