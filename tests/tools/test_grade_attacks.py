@@ -131,11 +131,11 @@ def _grade_all(base: Path) -> dict:
 
 
 def test_checks_once_judged_in_the_kernel_cannot_be_forged_there(graded):
-    """07.1 needs recorders around the learner's code (a fake device, a print and op recorder): its clock
-    stays with the judge, the recorders run in the kernel. Patching the check name, the harness and the
-    recorder there and returning made-up times scores nothing."""
+    """The checks whose learner code needs something around it in the kernel: 05.2's op trace, 06.1's
+    injected faults, 07.1's recorders (its clock stays with the judge), 09.1's two gloo ranks. Patching the
+    check name, the harness and what runs in the kernel, with a wrong answer, scores nothing."""
     forged = {k: r for k, r in graded["exercises"].items() if k.startswith("forged_in_kernel ")}
-    assert {r["exercise"] for r in forged.values()} >= {"07.1 time_step"}, forged
+    assert {r["exercise"] for r in forged.values()} >= set(attacks.ONCE_IN_KERNEL_EXERCISES), forged
     for found in forged.values():
         assert found["passed"] == "False" and found["status"] != "passed", found
         assert "forged" not in found["message"]

@@ -163,9 +163,10 @@ def _grades_of(book, lesson: str, student: str) -> list:
 
 
 def test_a_check_once_judged_in_the_kernel_cannot_be_forged_there(autograded):
-    """07.1's forged notebook (its check name, the harness and its recorder patched in the kernel, made-up
-    times): 0 points for each of its checks."""
-    assert autograded["forged_in_kernel"], "the forged lesson-07 notebook was not graded"
+    """The forged notebooks of 05.2, 06.1, 07.1 and 09.1 (the check name, the harness and what runs around the
+    learner's code patched in the kernel, a wrong answer): 0 points for each of their checks."""
+    checks = {"check_texture_forward", "check_save_checkpoint", "check_time_step", "check_synced_train_step"}
+    assert checks <= set(autograded["forged_in_kernel"]), autograded["forged_in_kernel"]
     assert not any(autograded["forged_in_kernel"].values()), autograded["forged_in_kernel"]
 
 
