@@ -62,6 +62,27 @@ spies.trace_texture_forward = forged_trace
 
 def texture_forward(model, x):
     return float32_forward(model, x).half()""",
+    # a trace that asks the judge to build a 20 GB tensor: the judge runs under the kernel's memory cap too
+    "huge_op": """import torch
+import amp_lessons.l05_nan_debugging.spies as spies
+real_trace = spies.trace_texture_forward
+def huge_trace(fn, model, x, *, autocast, gpu=False):
+    report = real_trace(fn, model, x, autocast=autocast, gpu=gpu)
+    huge = dict(report["trace"]["ops"][0], fn=["torch", "ones"], args={"list": [{"int": 5 * 10**9}]})
+    huge.update(kwargs={"dict": []}, result={"tensor": 10**6}, outputs=[], inputs=[], mutated=[])
+    report["trace"]["ops"].insert(0, huge)
+    return report
+spies.trace_texture_forward = huge_trace
+
+def texture_forward(model, x):
+    h = model.features(x)
+    with torch.autocast(x.device.type, enabled=False):
+        gram = h.float().transpose(1, 2) @ h.float() / h.shape[1]
+    return model.head(gram.flatten(1))
+""",
+    "broken_helper": """import amp_lessons.l05_nan_debugging.spies as spies
+spies.trace_texture_forward = lambda *args, **kwargs: {}["trace"]
+""",
     "right_einsum_in_place": """import torch
 
 def texture_forward(model, x):
@@ -144,3 +165,16 @@ def test_forging_05_2_in_the_kernel_scores_nothing(texture_rows, forgery):
 def test_a_stub_called_under_a_patched_harness_is_reported_in_the_checks_own_words(texture_rows):
     row = texture_rows["patched_stub"]
     assert row["status"] == "failed" and "forged" not in row["message"], row
+
+
+def test_a_trace_cannot_make_the_judge_exhaust_memory(texture_rows):
+    """A right forward's trace plus one op that needs 20 GB: the judge's memory cap makes that op fail, and
+    the learner is told, instead of the grading machine running out of memory."""
+    row = texture_rows["huge_op"]
+    assert row["status"] == "failed" and "op 1 (torch.ones) raised" in row["message"], row["message"]
+
+
+def test_course_code_broken_in_the_kernel_is_the_learners_failure_not_a_checker_error(texture_rows):
+    row = texture_rows["broken_helper"]
+    assert row["status"] == "failed" and "raised KeyError" in row["message"], row["message"]
+    assert "Did a cell of your notebook change the course's code?" in row["message"]

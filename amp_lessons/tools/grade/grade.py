@@ -196,6 +196,8 @@ class _Worker:
             cwd=self.scratch,
             env=self._env(),
             start_new_session=True,
+            # the judge too: a report it replays (05.2's trace) must not be able to exhaust the machine's memory
+            preexec_fn=sandbox.limit_resources,
         )
         limit = float(self.options["timeout"]) + STARTUP_ALLOWANCE
         try:

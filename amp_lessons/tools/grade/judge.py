@@ -219,7 +219,20 @@ class RemoteFunction:
         kernel may import, holding no reference values) can be named (``kernel.beside_helper``).
         """
         target = {"helper": [helper.__module__, helper.__qualname__]}
-        return self._call(target, (self, *args), kwargs)
+        try:
+            return self._call(target, (self, *args), kwargs)
+        except codec.RemoteError as error:  # the course's helper raised in the learner's process
+            from amp_lessons.checks.harness import LearnerProblem, failed
+
+            raise LearnerProblem(
+                failed(
+                    f"The course code this check runs in your notebook's process ({helper.__module__}."
+                    f"{helper.__qualname__}) raised {type(error).__name__}: {str(error)[:300]}. Did a cell "
+                    "of your notebook change the course's code? The check judges only what that code reports "
+                    "unchanged. If nothing in your notebook touches amp_lessons, this is a bug in the course: "
+                    "please report it with this message."
+                )
+            ) from None
 
     def _call(self, target: dict, args: tuple, kwargs: dict):
         import torch
