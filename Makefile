@@ -20,8 +20,8 @@ LAST_LESSON := $(lastword $(sort $(patsubst notebooks/%.ipynb,%,$(wildcard noteb
 LAST_LESSON := $(firstword $(subst _, ,$(LAST_LESSON)))
 NBVAL    := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 -n 2 --dist loadfile
 
-.PHONY: lab test setup setup-test instructor lint format format-check unit notebooks exercises-check lesson \
-        gpu-report clean-venv
+.PHONY: lab test setup setup-test instructor lint format format-check unit integration coverage notebooks \
+        test-notebooks exercises-check lesson gpu-report clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -124,18 +124,36 @@ format: $(TEST_STAMP)
 exercises-check: $(TEST_STAMP)
 	$(PY) -m amp_lessons build-exercises --check
 
-# The unit run measures line and branch coverage of amp_lessons (not of the kernels the notebook tests start);
-# `.venv/bin/python -m coverage report` afterwards lists every module, `coverage html` writes htmlcov/.
+# The deployments, each a few minutes of servers and accounts: a class on JupyterHub, the guide's nbgrader workshop
+# as written, a two-lesson web edition built and opened. `make integration` runs them (CI does, after `make test`).
+INTEGRATION := tests/deploy/test_hub.py tests/tools/test_workshop.py tests/course/test_site.py
 unit: $(TEST_STAMP)
-	$(TEST_ENV) $(PY) -m pytest -n 2 --durations=12 --cov=amp_lessons --cov-report= tests
-	@echo "coverage of amp_lessons (lines and branches, unit run): $$($(PY) -m coverage report --format=total)%"
+	$(TEST_ENV) $(PY) -m pytest -n 2 --durations=12 tests $(addprefix --ignore=,$(INTEGRATION))
+
+integration: $(TEST_STAMP)
+	$(TEST_ENV) $(PY) -m pytest -n 2 --durations=6 $(INTEGRATION)
+
+# Line and branch coverage of amp_lessons over the unit and integration tests (not of the kernels the notebook
+# tests start; tracing makes the run about a third slower, so `make test` does not measure it); afterwards
+# `.venv/bin/python -m coverage report` lists every module, `coverage html` writes htmlcov/.
+coverage: $(TEST_STAMP)
+	$(TEST_ENV) $(PY) -m pytest -n 2 --cov=amp_lessons --cov-report= tests
+	@echo "coverage of amp_lessons (lines and branches): $$($(PY) -m coverage report --format=total)%"
 
 # Lessons and solutions must pass every check; generated exercises must still say "not done yet".
 notebooks: $(TEST_STAMP)
 	$(TEST_ENV) AMP_LESSONS_STRICT=1 $(PY) -m pytest $(NBVAL) notebooks solutions
 	$(TEST_ENV) AMP_LESSONS_STRICT=not-done $(PY) -m pytest $(NBVAL) exercises
 
-test: lint exercises-check unit notebooks
+# In `make test` the unit run's browser test (tests/course/test_browser.py) has already run every lesson top to
+# bottom in JupyterLab, as strictly (AMP_LESSONS_STRICT=1): the lessons run here again only where it could not
+# (no Chromium or no Playwright: it skipped). Solutions and exercises always run here.
+BROWSER_RUNS_LESSONS = $(shell $(PY) tests/course/test_browser.py 2>/dev/null)
+test-notebooks: $(TEST_STAMP)
+	$(TEST_ENV) AMP_LESSONS_STRICT=1 $(PY) -m pytest $(NBVAL) $(if $(BROWSER_RUNS_LESSONS),,notebooks) solutions
+	$(TEST_ENV) AMP_LESSONS_STRICT=not-done $(PY) -m pytest $(NBVAL) exercises
+
+test: lint exercises-check unit test-notebooks
 	@echo "make test: all passed"
 
 # One lesson's inner loop: `make lesson L=05` runs tests/l05_*/ (its helpers and checker) and its three
@@ -167,7 +185,7 @@ $(MIN_STAMP): requirements-min.txt requirements.txt pyproject.toml | $(PY_MIN)
 
 .PHONY: test-min
 test-min: $(MIN_STAMP)
-	$(TEST_ENV) $(PY_MIN) -m pytest -n 2 tests --ignore=tests/course/test_browser.py --ignore=tests/course/test_site.py
+	$(TEST_ENV) $(PY_MIN) -m pytest -n 2 tests --ignore=tests/course/test_browser.py $(addprefix --ignore=,$(INTEGRATION))
 	$(TEST_ENV) AMP_LESSONS_STRICT=1 $(PY_MIN) -m pytest $(NBVAL) notebooks solutions
 	$(TEST_ENV) AMP_LESSONS_STRICT=not-done $(PY_MIN) -m pytest $(NBVAL) exercises
 	@$(PY_MIN) -c 'import sys, torch; print("make test-min: all passed on Python", sys.version.split()[0], "with torch", torch.__version__)'
@@ -248,8 +266,9 @@ $(SITE_STAMP): requirements-site.txt $(LAB_STAMP)
 .PHONY: site site-setup site-check
 site-setup: $(SITE_STAMP)
 
-# The unit run builds a two-lesson site (tests/course/test_site.py): its venv is part of the test set-up.
-unit: $(SITE_STAMP)
+# The integration tests build a two-lesson site (tests/course/test_site.py): its venv is part of their set-up.
+integration coverage: $(SITE_STAMP)
+
 
 site: $(SITE_STAMP)
 	$(PY_SITE) -m sphinx -b html -W --keep-going -c site . $(SITE_OUT)

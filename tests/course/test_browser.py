@@ -954,3 +954,9 @@ def test_hint_quiz_retry_and_progress_in_the_browser(browser, learner_lab):
     recorded = json.loads(learner_lab.progress_file.read_text(encoding="utf-8"))["exercises"]
     assert recorded["01.1 stored_value"]["hints"] == 2 and recorded["01.1 stored_value"]["attempts"] == 1
     print("\n".join(seen))
+
+
+if __name__ == "__main__":  # `make test` asks: will this test run the lessons (else nbval runs them)?
+    import importlib.util
+
+    print("yes" if chromium_candidates() and importlib.util.find_spec("playwright") else "")

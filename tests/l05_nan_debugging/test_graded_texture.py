@@ -10,15 +10,9 @@ to float16. Both must score 0: the judge replays every op on its own ``x`` and p
 
 from __future__ import annotations
 
-import csv
-import json
-from pathlib import Path
-
 import pytest
+from graded_cells import grade_submissions, graded_cells
 
-from amp_lessons.tools import cli
-
-COURSE = Path(__file__).resolve().parents[2]
 LESSON = "05_nan_debugging.ipynb"
 CHECK_CELL = "check_texture_forward"
 
@@ -102,47 +96,18 @@ def texture_forward(model, x):
 }
 
 
-def graded_cells(notebook: str, answer: str | None = None, before: str = CHECK_CELL) -> dict:
-    """``notebook`` cut to its graded cells, with ``answer`` as a cell just before the cell ``before`` (by
-    default 05.2's check; ``""``: the first check, where the attack suite puts its forging cells)."""
-    nb = json.loads((COURSE / notebook).read_text(encoding="utf-8"))
-    nb["cells"] = [c for c in nb["cells"] if "nbgrader" in c.get("metadata", {})]
-    if answer is not None:
-        at = next(
-            i
-            for i, c in enumerate(nb["cells"])
-            if c["metadata"]["nbgrader"].get("grade_id") == before
-            or (not before and c["metadata"]["nbgrader"].get("grade"))
-        )
-        cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": answer}
-        nb["cells"].insert(at, cell)
-    return nb
-
-
 @pytest.fixture(scope="module")
 def texture_rows(tmp_path_factory):
-    base = tmp_path_factory.mktemp("graded_05_2")
     notebooks = {
         "solution": graded_cells(f"solutions/{LESSON}"),
         "exercise": graded_cells(f"exercises/{LESSON}"),
-        **{name: graded_cells(f"exercises/{LESSON}", cell) for name, cell in CELLS.items()},
-        # as the attack suite places it: before 05.1's check, so 05.2's stub (a later cell) is what is called
-        "patched_stub": graded_cells(f"exercises/{LESSON}", CELLS["silenced_recorder"], before=""),
+        **{
+            name: graded_cells(f"exercises/{LESSON}", cell, before=CHECK_CELL) for name, cell in CELLS.items()
+        },
+        # as the attack suite used to place it: before 05.1's check, so 05.2's stub (a later cell) is what is called
+        "patched_stub": graded_cells(f"exercises/{LESSON}", CELLS["silenced_recorder"]),
     }
-    for name, nb in notebooks.items():
-        path = base / "submissions" / name / LESSON
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
-    grades = base / "grades.csv"
-    patch = pytest.MonkeyPatch()
-    patch.chdir(base)
-    try:
-        cli.main(["grade", "submissions", "--timeout", "60", "--jobs", "2", "--csv", str(grades)])
-    finally:
-        patch.undo()
-    with open(grades, newline="", encoding="utf-8") as handle:
-        rows = [r for r in csv.DictReader(handle) if r["exercise"].startswith("05.2")]
-    return {Path(r["learner_file"]).parent.name: r for r in rows}
+    return grade_submissions(tmp_path_factory.mktemp("graded_05_2"), LESSON, notebooks, "05.2")
 
 
 def test_the_solution_and_right_answers_unlike_it_pass_when_graded(texture_rows):

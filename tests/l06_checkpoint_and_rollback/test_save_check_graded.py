@@ -10,15 +10,9 @@ silenced, the recorder claiming a temporary file and an os.replace) scores nothi
 
 from __future__ import annotations
 
-import csv
-import json
-from pathlib import Path
-
 import pytest
+from graded_cells import grade_submissions, graded_cells
 
-from amp_lessons.tools import cli
-
-COURSE = Path(__file__).resolve().parents[2]
 LESSON = "06_checkpoint_and_rollback.ipynb"
 CHECK = "06.1 save_checkpoint: atomic, complete file"
 
@@ -103,26 +97,8 @@ def save_checkpoint(path, model, optimizer, scaler, step, config):
 )
 
 
-def graded_cells(notebook: str, cell_source: str = "") -> dict:
-    """``notebook`` cut to its graded cells, with ``cell_source`` (if any) in a cell before the first check."""
-    nb = json.loads((COURSE / notebook).read_text(encoding="utf-8"))
-    nb["cells"] = [c for c in nb["cells"] if "nbgrader" in c.get("metadata", {})]
-    if cell_source:
-        first = next(i for i, c in enumerate(nb["cells"]) if c["metadata"]["nbgrader"].get("grade"))
-        cell = {
-            "cell_type": "code",
-            "execution_count": None,
-            "metadata": {},
-            "outputs": [],
-            "source": cell_source,
-        }
-        nb["cells"].insert(first, cell)
-    return nb
-
-
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
-    base = tmp_path_factory.mktemp("l06_graded")
     learners = {
         "solution": graded_cells(f"solutions/{LESSON}"),
         "untouched": graded_cells(f"exercises/{LESSON}"),
@@ -130,20 +106,7 @@ def rows(tmp_path_factory):
         "forged_report": graded_cells(f"exercises/{LESSON}", FORGED_REPORT),
         "unlike_reference": graded_cells(f"exercises/{LESSON}", UNLIKE_REFERENCE),
     }
-    for learner, nb in learners.items():
-        (base / "submissions" / learner).mkdir(parents=True)
-        (base / "submissions" / learner / LESSON).write_text(json.dumps(nb, indent=1), encoding="utf-8")
-    grades = base / "grades.csv"
-    patch = pytest.MonkeyPatch()
-    patch.chdir(base)
-    try:
-        cli.main(["grade", "submissions", "--timeout", "60", "--jobs", "2", "--csv", str(grades)])
-    finally:
-        patch.undo()
-    with open(grades, newline="", encoding="utf-8") as handle:
-        return {
-            Path(r["learner_file"]).parent.name: r for r in csv.DictReader(handle) if r["exercise"] == CHECK
-        }
+    return grade_submissions(tmp_path_factory.mktemp("l06_graded"), LESSON, learners, CHECK)
 
 
 def test_the_solution_passes_when_graded(rows):

@@ -35,7 +35,9 @@ def test_checker_is_fast():
     fn = solution(LESSON, "time_step")
     began = time.perf_counter()
     check_time_step(fn)
-    assert time.perf_counter() - began < 0.5
+    # about 0.1 s alone; the budget for a check is 2 s, and a loaded 2-core machine (xdist, the notebook
+    # kernels) has taken 0.59 s, so the bound leaves room for that
+    assert time.perf_counter() - began < 1.0
 
 
 # ----------------------------------------------------------------------------- checker: each known mistake

@@ -8,15 +8,9 @@ name in its kernel, or the ranks' own report, scores nothing with a wrong step.
 
 from __future__ import annotations
 
-import csv
-import json
-from pathlib import Path
-
 import pytest
+from graded_cells import grade_submissions, graded_cells
 
-from amp_lessons.tools import cli
-
-COURSE = Path(__file__).resolve().parents[2]
 LESSON = "09_amp_across_processes.ipynb"
 
 # Patch everything the kernel can reach, then answer with a step that never all-reduces.
@@ -76,44 +70,16 @@ def synced_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dty
     return total.item() / dist.get_world_size()"""
 
 
-def graded_cells_with(cell_source: str) -> dict:
-    """The untouched exercise cut to its graded cells, with ``cell_source`` in a cell before the check."""
-    nb = json.loads((COURSE / "exercises" / LESSON).read_text(encoding="utf-8"))
-    nb["cells"] = [c for c in nb["cells"] if "nbgrader" in c.get("metadata", {})]
-    first = next(i for i, c in enumerate(nb["cells"]) if c["metadata"]["nbgrader"].get("grade"))
-    cell = {
-        "cell_type": "code",
-        "execution_count": None,
-        "metadata": {},
-        "outputs": [],
-        "source": cell_source,
-    }
-    nb["cells"].insert(first, cell)
-    return nb
-
-
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
-    base = tmp_path_factory.mktemp("l09_graded")
     learners = {
-        "solution": json.loads((COURSE / "solutions" / LESSON).read_text(encoding="utf-8")),
-        "untouched": json.loads((COURSE / "exercises" / LESSON).read_text(encoding="utf-8")),
-        "forged": graded_cells_with(FORGED),
-        "forged_report": graded_cells_with(FORGED_REPORT),
-        "unlike_reference": graded_cells_with(UNLIKE_REFERENCE),
+        "solution": graded_cells(f"solutions/{LESSON}"),
+        "untouched": graded_cells(f"exercises/{LESSON}"),
+        "forged": graded_cells(f"exercises/{LESSON}", FORGED),
+        "forged_report": graded_cells(f"exercises/{LESSON}", FORGED_REPORT),
+        "unlike_reference": graded_cells(f"exercises/{LESSON}", UNLIKE_REFERENCE),
     }
-    for learner, nb in learners.items():
-        (base / "submissions" / learner).mkdir(parents=True)
-        (base / "submissions" / learner / LESSON).write_text(json.dumps(nb, indent=1), encoding="utf-8")
-    grades = base / "grades.csv"
-    patch = pytest.MonkeyPatch()
-    patch.chdir(base)
-    try:
-        cli.main(["grade", "submissions", "--timeout", "60", "--jobs", "2", "--csv", str(grades)])
-    finally:
-        patch.undo()
-    with open(grades, newline="", encoding="utf-8") as handle:
-        return {Path(r["learner_file"]).parent.name: r for r in csv.DictReader(handle)}
+    return grade_submissions(tmp_path_factory.mktemp("l09_graded"), LESSON, learners, "09.1")
 
 
 def test_the_solution_passes_when_graded(rows):
