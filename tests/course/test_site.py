@@ -1,6 +1,6 @@
 """The web edition (``make site``, site/): built, then every page opened in a real browser.
 
-One test builds the site — lessons 00 and 01 only (AMP_SITE_LESSONS), to keep ``make test`` fast; the full build
+One test builds the site — lessons 00 and 01 only (AMP_SITE_LESSONS), to keep ``make integration`` fast; the full build
 is ``make site`` and the GitHub workflow site.yml — serves it on 127.0.0.1 from a thread, and opens every page in
 headless Chromium. It fails on a console error, a request that leaves 127.0.0.1 (the site must work offline), a
 missing image, a broken internal link (file or #anchor), an error output, an empty page, a lesson page without its
