@@ -8,7 +8,9 @@ only cost grading time), with one cell of the test's own (an answer, a forgery) 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,16 @@ def grade_submissions(base: Path, lesson: str, learners: dict, exercise_prefix: 
     with open(grades, newline="", encoding="utf-8") as handle:
         rows = [r for r in csv.DictReader(handle) if r["exercise"].startswith(exercise_prefix)]
     return {Path(r["learner_file"]).parent.name: r for r in rows}
+
+
+def attacks():
+    """``tests/fixtures/grade_submissions/attacks.py``, loaded once per process: both attack suites share its
+    builders and grading runs, and the per-check tests its forgeries."""
+    module = sys.modules.get("grade_attacks")
+    if module is None:
+        path = COURSE / "tests" / "fixtures" / "grade_submissions" / "attacks.py"
+        spec = importlib.util.spec_from_file_location("grade_attacks", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["grade_attacks"] = module
+        spec.loader.exec_module(module)
+    return module

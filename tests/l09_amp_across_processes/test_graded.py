@@ -9,28 +9,12 @@ name in its kernel, or the ranks' own report, scores nothing with a wrong step.
 from __future__ import annotations
 
 import pytest
-from graded_cells import grade_submissions, graded_cells
+from graded_cells import attacks, grade_submissions, graded_cells
 
 LESSON = "09_amp_across_processes.ipynb"
 
-# Patch everything the kernel can reach, then answer with a step that never all-reduces.
-FORGED = """import torch
-import amp_lessons.checks as checks
-import amp_lessons.checks.harness as h
-checks.check_synced_train_step = lambda fn: h.passed("forged")
-h.failed = h.not_done = lambda *a, **k: h.passed("forged")
-h.CheckResult.__bool__ = lambda self: True
-def synced_train_step(model, optimizer, scaler, loss_fn, inputs, targets, *, dtype, max_norm):
-    optimizer.zero_grad()
-    with torch.autocast(inputs.device.type, dtype=dtype):
-        loss = loss_fn(model(inputs), targets)
-    scaler.scale(loss).backward()  # no all-reduce: each rank trains on its own slice
-    if max_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()"""
+# Patch everything the kernel can reach, then answer with a step that never all-reduces (the attack suites' own).
+FORGED = attacks().IN_KERNEL_ONCE[LESSON]
 
 # The same wrong step, and every rank reports rank 0's records (so the ranks seem to agree).
 FORGED_REPORT = (

@@ -18,13 +18,12 @@ when ``sandbox.kind()`` is bubblewrap, which ``apt-get install bubblewrap`` give
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+import graded_cells
 import pytest
 
 from amp_lessons.tools import cli
@@ -33,12 +32,7 @@ from amp_lessons.tools.grade.worker import MESSAGE_LIMIT
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "grade_submissions"
 SOURCE = FIXTURES / "source"
-attacks = sys.modules.get("grade_attacks")  # one module for both suites: they share its BUILDERS
-if attacks is None:
-    spec = importlib.util.spec_from_file_location("grade_attacks", FIXTURES / "attacks.py")
-    attacks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(attacks)
-    sys.modules["grade_attacks"] = attacks
+attacks = graded_cells.attacks()  # one module for both suites: they share its BUILDERS
 
 SANDBOXED = sandbox.kind() == sandbox.BWRAP
 needs_bwrap = pytest.mark.skipif(

@@ -12,7 +12,6 @@ neither the gradebook nor a classmate's submission.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import graded_cells
 import pytest
 
 from amp_lessons.tools.grade import sandbox
@@ -30,12 +30,7 @@ nbgrader_api = pytest.importorskip(
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "grade_submissions"
-attacks = sys.modules.get("grade_attacks")  # one module for both suites: they share its BUILDERS
-if attacks is None:
-    spec = importlib.util.spec_from_file_location("grade_attacks", FIXTURES / "attacks.py")
-    attacks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(attacks)
-    sys.modules["grade_attacks"] = attacks
+attacks = graded_cells.attacks()  # one module for both suites: they share its BUILDERS
 ASSIGNMENT = "warmup"
 LESSON = "00_warm_up"
 CELL = "check_autocast_matmul"
