@@ -397,3 +397,18 @@ def test_checkers_carry_their_exercise_label():
     known = registry.declared_checks()
     assert known["check_autocast_matmul"] == WARM_UP
     assert all(name.startswith("check_") for name in known)
+
+
+def test_the_sandbox_keeps_every_folder_python_imports_from(tmp_path, monkeypatch):
+    """A .pth file can put another environment's site-packages on sys.path (the hub's .venv-hub sees the
+    course's .venv that way). Under /tmp, which bubblewrap replaces by an empty one, it must come back
+    read-only, or the kernel cannot import torch (every notebook then "kernel died")."""
+    from amp_lessons.tools.grade import sandbox
+
+    other = tmp_path / "course" / ".venv" / "lib" / "site-packages"
+    other.mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(other)])
+    assert other.resolve() in sandbox._python_folders()
+    command = sandbox._bwrap(tmp_path / "scratch", [], ([], []))
+    binds = {tuple(command[i : i + 3]) for i in range(len(command) - 2)}
+    assert ("--ro-bind", str(other.resolve()), str(other.resolve())) in binds

@@ -221,6 +221,16 @@ def _homes() -> list:
     return sorted(p for p in found if not any(other in p.parents for other in found))
 
 
+def _python_folders() -> set:
+    """What the kernel's Python imports from: its prefixes, and every site-packages folder on ``sys.path`` (a
+    ``.pth`` file may add another environment's: the hub's ``.venv-hub`` sees the course's ``.venv`` that way)."""
+    found = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    for entry in sys.path:
+        if entry and Path(entry).name in ("site-packages", "dist-packages") and Path(entry).is_dir():
+            found.add(Path(entry).resolve())
+    return found
+
+
 def _bwrap(scratch: Path, writable: list, hidden: tuple) -> list:
     from amp_lessons.core.files import repo_root
 
@@ -230,7 +240,7 @@ def _bwrap(scratch: Path, writable: list, hidden: tuple) -> list:
     # Fresh, empty /tmp, /var/tmp, /run and homes (the instructor's and every other: keys, tokens, history). The
     # course and the Python that runs the kernel may live inside one of them (a clone in /tmp, a pyenv Python in
     # a home): those come back read-only on top, before anything is hidden inside them.
-    needed = sorted({repo_root(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+    needed = sorted({repo_root(), *_python_folders()})
     for private in [Path("/tmp"), Path("/var/tmp"), Path("/run"), *_homes()]:
         if not private.is_dir():
             continue
