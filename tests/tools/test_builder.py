@@ -148,25 +148,30 @@ def test_build_and_stale_check(tmp_path, monkeypatch):
     ]
 
 
-def test_exercises_are_what_nbgrader_generates(tmp_path):
-    """The course's nbgrader_config.py and every solution notebook through `nbgrader generate_assignment`."""
-    pytest.importorskip("nbgrader", reason="nbgrader is for instructors: pip install -r requirements-dev.txt")
-    source = tmp_path / "course" / "source" / "mixed_precision"
-    shutil.copytree(ROOT / "solutions", source)
-    (tmp_path / "nbgrader_config.py").write_text(
+def generate_assignment(folder: Path, assignment: str) -> None:
+    """``nbgrader generate_assignment`` with the course's nbgrader_config.py, its course root moved to ``folder``."""
+    (folder / "nbgrader_config.py").write_text(
         f"load_subconfig({str(ROOT / 'nbgrader_config.py')!r})  # noqa: F821\n"
-        f"get_config().CourseDirectory.root = {str(tmp_path / 'course')!r}  # noqa: F821\n"
+        f"get_config().CourseDirectory.root = {str(folder / 'course')!r}  # noqa: F821\n"
     )
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # for alembic
     run = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "generate_assignment", "mixed_precision"],
-        cwd=tmp_path,
+        [sys.executable, "-m", "nbgrader", "generate_assignment", assignment],
+        cwd=folder,
         env=dict(os.environ, PATH=path),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_exercises_are_what_nbgrader_generates(tmp_path):
+    """The course's nbgrader_config.py and every solution notebook through `nbgrader generate_assignment`."""
+    pytest.importorskip("nbgrader", reason="nbgrader is for instructors: pip install -r requirements-dev.txt")
+    source = tmp_path / "course" / "source" / "mixed_precision"
+    shutil.copytree(ROOT / "solutions", source)
+    generate_assignment(tmp_path, "mixed_precision")
     released = sorted((tmp_path / "course" / "release" / "mixed_precision").glob("*.ipynb"))
     assert [p.name for p in released] == sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
     for path in released:
@@ -268,20 +273,7 @@ def test_the_core_assignment_is_graded_out_of_the_core_checks(tmp_path):
     shutil.copytree(
         ROOT / "course" / "source" / course.CORE_ASSIGNMENT, tmp_path / "course" / "source" / "core"
     )
-    (tmp_path / "nbgrader_config.py").write_text(
-        f"load_subconfig({str(ROOT / 'nbgrader_config.py')!r})  # noqa: F821\n"
-        f"get_config().CourseDirectory.root = {str(tmp_path / 'course')!r}  # noqa: F821\n"
-    )
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # for alembic
-    run = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "generate_assignment", "core"],
-        cwd=tmp_path,
-        env=dict(os.environ, PATH=path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    generate_assignment(tmp_path, "core")
     zero = builder.read_notebook(ROOT / "notebooks" / course.LESSON_ZERO)
     core, _ = course.core_checks(zero, registry.declared_checks())
     with nbgrader_api.Gradebook(f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}") as book:

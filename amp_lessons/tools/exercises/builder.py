@@ -147,16 +147,7 @@ def planned_exercises(root: Path | None = None) -> dict[Path, str]:
 def stale_exercises(root: Path | None = None) -> list[str]:
     """Human-readable problems: missing, out-of-date and orphaned exercise notebooks."""
     root = root or repo_root()
-    planned = planned_exercises(root)
-    problems = []
-    for path, text in planned.items():
-        if not path.exists():
-            problems.append(f"missing: {path.relative_to(root)}")
-        elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"out of date: {path.relative_to(root)}")
-    for path in sorted((root / "exercises").glob("*.ipynb")):
-        if path not in planned:
-            problems.append(f"no solution notebook for: {path.relative_to(root)}")
+    problems = _differences(root, planned_exercises(root), root / "exercises", "no solution notebook for")
     problems += stale_core_sources(root)
     known_checks = registry.declared_checks()
     for path in sorted((root / "solutions").glob("*.ipynb")):
@@ -213,18 +204,22 @@ def planned_core_sources(root: Path | None = None, known_checks: dict | None = N
     return planned
 
 
-def stale_core_sources(root: Path) -> list[str]:
-    planned = planned_core_sources(root)
+def _differences(root: Path, planned: dict, folder: Path, orphan: str) -> list[str]:
+    """How ``folder``'s notebooks differ from ``planned`` ({path: text}): missing, out of date, or ``orphan``."""
     problems = []
     for path, text in planned.items():
         if not path.exists():
             problems.append(f"missing: {path.relative_to(root)}")
         elif path.read_text(encoding="utf-8") != text:
             problems.append(f"out of date: {path.relative_to(root)}")
-    for path in sorted(core_folder(root).glob("*.ipynb")):
+    for path in sorted(folder.glob("*.ipynb")):
         if path not in planned:
-            problems.append(f"no core exercise in: {path.relative_to(root)}")
+            problems.append(f"{orphan}: {path.relative_to(root)}")
     return problems
+
+
+def stale_core_sources(root: Path) -> list[str]:
+    return _differences(root, planned_core_sources(root), core_folder(root), "no core exercise in")
 
 
 def build_core_sources(root: Path) -> list[Path]:
